@@ -1,0 +1,3 @@
+from sepbench.cli import main
+
+main()

@@ -1,0 +1,181 @@
+"""The ``sepbench`` command line: each command parses, calls the library, prints."""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sepbench.config import ConfigError, RunConfig, apply_overrides, load_yaml, parse_assignments
+from sepbench.registry import UnknownNameError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Measure how large each sequence model must be to solve a task as the task grows.",
+)
+out = Console()
+err = Console(stderr=True)
+
+BAD_INPUT = 2
+TABLE_COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "steps"]
+
+
+@contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """Turn a configuration problem into one line on stderr and exit code 2."""
+    try:
+        yield
+    except (ConfigError, UnknownNameError, FileNotFoundError) as problem:
+        err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(BAD_INPUT) from None
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command("tasks")
+def list_tasks() -> None:
+    """List the registered tasks."""
+    from sepbench.tasks import TASKS
+
+    table = Table("task", "description")
+    for entry in TASKS:
+        table.add_row(entry.name, entry.description)
+    out.print(table)
+
+
+@app.command("models")
+def list_models() -> None:
+    """List the registered architectures."""
+    from sepbench.models import MODELS
+
+    table = Table("model", "description")
+    for entry in MODELS:
+        table.add_row(entry.name, entry.description)
+    out.print(table)
+
+
+def build_run_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> RunConfig:
+    """Defaults < config file < explicit flags < --set assignments."""
+    data = load_yaml(config_file) if config_file else {}
+    data = apply_overrides(data, {k: v for k, v in flags.items() if v is not None})
+    data = apply_overrides(data, parse_assignments(assignments))
+    return RunConfig.build(data)
+
+
+@app.command("run")
+def run(
+    task: Optional[str] = typer.Option(None, help="task name (see `sepbench tasks`)"),
+    model: Optional[str] = typer.Option(None, help="model name (see `sepbench models`)"),
+    layers: Optional[int] = typer.Option(None, help="number of blocks"),
+    width: Optional[int] = typer.Option(None, help="hidden size"),
+    heads: Optional[int] = typer.Option(None, help="attention heads"),
+    length: Optional[int] = typer.Option(None, help="task size N"),
+    eval_lengths: Optional[str] = typer.Option(None, help="extra evaluation lengths, comma-separated"),
+    steps: Optional[int] = typer.Option(None, help="training steps"),
+    batch_size: Optional[int] = typer.Option(None, help="examples per step"),
+    lr: Optional[float] = typer.Option(None, help="peak learning rate (default: the model's)"),
+    seed: Optional[int] = typer.Option(None, help="seed for data and initialisation"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    config: Optional[Path] = typer.Option(None, help="YAML file with task/model/train/seed/device sections"),
+    assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),
+    force: bool = typer.Option(False, help="train again even if the store has this config"),
+    progress: Optional[bool] = typer.Option(None, help="show a progress bar [default: when on a terminal]"),
+) -> None:
+    """Train one model on one task and store the result."""
+    from sepbench.store import Store
+    from sepbench.train import train
+
+    with bad_input_exits():
+        lengths = _parse_lengths(eval_lengths) if eval_lengths else None
+        flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
+                 "model.heads": heads, "task.length": length, "task.eval_lengths": lengths, "train.steps": steps,
+                 "train.batch_size": batch_size, "train.lr": lr, "seed": seed, "device": device}
+        cfg = build_run_config(config, flags, assignments)
+        db = Store(store)
+        key = cfg.config_hash()
+        cached = None if force else db.get(key)
+        if cached is None:
+            try:
+                result = train(cfg, progress=progress)
+            except ValueError as problem:
+                raise ConfigError(str(problem)) from None
+            db.put(result)
+        else:
+            result = cached
+            err.print(f"config {key} is already in {db.path}; showing the stored run (use --force to train again)")
+    _print_result(result, db.path)
+
+
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--eval-lengths expects comma-separated integers, got '{text}'") from None
+
+
+def _print_result(result, path: Path) -> None:
+    cfg = result.config
+    table = Table(title=f"{cfg.model.name}-({cfg.model.layers}, {cfg.model.width}) on {cfg.task.name} N={cfg.task.length}")
+    table.add_column("field")
+    table.add_column("value")
+    rows = {
+        "status": result.status,
+        **{name: f"{value:.4f}" for name, value in result.metrics.items()},
+        "steps": result.steps,
+        "steps to threshold": result.steps_to_threshold,
+        "seconds to threshold": None if result.seconds_to_threshold is None else f"{result.seconds_to_threshold:.1f}",
+        "wall seconds": f"{result.wall_seconds:.1f}",
+        "parameters": result.parameters,
+        "state floats": result.state_floats,
+        "device": result.device,
+        "config hash": result.config_hash,
+        "store": str(path),
+    }
+    for name, value in rows.items():
+        table.add_row(name, "-" if value is None else str(value))
+    out.print(table)
+
+
+@app.command("results")
+def results(
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+    task: Optional[str] = typer.Option(None, help="only this task"),
+    model: Optional[str] = typer.Option(None, help="only this model"),
+) -> None:
+    """Show the stored runs."""
+    from sepbench.store import Store
+
+    where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
+    frame = Store(store).query(**where)
+    if output is OutputFormat.csv:
+        sys.stdout.write(frame.to_csv(index=False))
+    elif output is OutputFormat.json:
+        sys.stdout.write(frame.to_json(orient="records", indent=2) + "\n")
+    else:
+        frame = frame[TABLE_COLUMNS]
+        table = Table(*frame.columns)
+        for row in frame.itertuples(index=False):
+            table.add_row(*("-" if v is None or v != v else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+        out.print(table)
+        out.print(f"{len(frame)} runs in {Store(store).path}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

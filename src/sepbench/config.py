@@ -1,0 +1,235 @@
+"""RunConfig = TaskConfig + ModelConfig + TrainConfig + seed + device; strict, hashable, loadable."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message is one line naming the problem and what is allowed."""
+
+
+class StrictModel(BaseModel):
+    """A pydantic model that rejects unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, frozen=False)
+
+
+class NoOptions(StrictModel):
+    """For tasks and models that take no options."""
+
+
+class TaskConfig(StrictModel):
+    name: str = "index_lookup"
+    length: int = Field(20, ge=2, le=1_000_000, description="task size N: longest training length, evaluation length")
+    eval_lengths: list[int] | None = Field(None, description="extra evaluation lengths (default: only N)")
+    options: dict[str, Any] = Field(default_factory=dict, description="task-specific options")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "TaskConfig":
+        from sepbench.tasks import TASKS
+
+        task_cls = TASKS.get(self.name)
+        self.options = _validate_options(task_cls.Options, self.options, f"task '{self.name}' options")
+        if self.eval_lengths is not None:
+            bad = [n for n in self.eval_lengths if n < 2]
+            if bad:
+                raise ValueError(f"eval_lengths must be >= 2, got {bad}")
+        return self
+
+
+class ModelConfig(StrictModel):
+    name: str = "transformer"
+    layers: int = Field(1, ge=1, le=64)
+    width: int = Field(64, ge=1, le=65536)
+    heads: int = Field(4, ge=1, le=256)
+    positions: Literal["learned", "sinusoidal", "none"] | None = Field(None, description="default: the model's own")
+    mlp: bool | None = Field(None, description="an MLP after each mixer; default: the model's own")
+    mlp_ratio: int = Field(4, ge=1, le=16)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    options: dict[str, Any] = Field(default_factory=dict, description="mixer-specific options")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "ModelConfig":
+        from sepbench.models import MODELS
+
+        mixer_cls = MODELS.get(self.name)
+        if self.positions is None:
+            self.positions = mixer_cls.default_positions
+        if self.mlp is None:
+            self.mlp = mixer_cls.default_mlp
+        if mixer_cls.uses_heads and self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        self.options = _validate_options(mixer_cls.Options, self.options, f"model '{self.name}' options")
+        return self
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(3000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float | None = Field(None, gt=0.0, description="default: the model's own")
+    optimizer: Literal["adam", "adamw"] = "adam"
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(100, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    data: Literal["fresh", "fixed"] = Field("fresh", description="a fresh batch every step, or a fixed training set")
+    train_size: int = Field(10_000, ge=1, description="examples in the fixed training set")
+    eval_every: int = Field(100, ge=1)
+    eval_samples: int = Field(5000, ge=1)
+    eval_batch_size: int = Field(1000, ge=1)
+    threshold: float = Field(0.99, gt=0.0, le=1.0)
+    early_stop: bool = True
+
+
+class RunConfig(StrictModel):
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    seed: int = Field(0, ge=0, lt=2**31)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "RunConfig":
+        from sepbench.models import MODELS
+
+        if self.train.lr is None:
+            self.train.lr = MODELS.get(self.model.name).default_lr
+        return self
+
+    def config_hash(self) -> str:
+        """Names the run: everything but the device, canonically serialised."""
+        payload = json.dumps(self.model_dump(mode="json", exclude={"device"}), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    @classmethod
+    def build(cls, data: dict[str, Any]) -> "RunConfig":
+        """Validate a nested dict; any problem becomes a one-line ConfigError."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(describe_validation_error(err)) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "RunConfig":
+        return cls.build(load_yaml(path))
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, with a one-line ConfigError for a missing or malformed file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections (task, model, train, seed, device)")
+    return data
+
+
+SECTIONS: dict[str, type[StrictModel]] = {"task": TaskConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (``train.lr``) in a nested dict; a bare leaf name is found in its section."""
+    data = json.loads(json.dumps(data))
+    for key, value in overrides.items():
+        path = qualify_key(key)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"cannot set '{key}': '{part}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def qualify_key(key: str) -> list[str]:
+    """Split a --set key into a path, checking it names a known field."""
+    parts = key.split(".")
+    top = list(RunConfig.model_fields)
+    if len(parts) == 1:
+        if key in top:
+            return parts
+        owners = [name for name, section in SECTIONS.items() if key in section.model_fields]
+        if len(owners) == 1:
+            return [owners[0], key]
+        if len(owners) > 1:
+            raise ConfigError(f"ambiguous key '{key}': say which section ({', '.join(o + '.' + key for o in owners)})")
+        leaves = sorted({f for s in SECTIONS.values() for f in s.model_fields} | set(top) - set(SECTIONS))
+        raise ConfigError(f"unknown key '{key}'; allowed: {', '.join(leaves)} (or section.field)")
+    section = SECTIONS.get(parts[0])
+    if section is None:
+        raise ConfigError(f"unknown section '{parts[0]}' in '{key}'; allowed: {', '.join(SECTIONS)}")
+    if parts[1] not in section.model_fields:
+        raise ConfigError(f"unknown key '{key}'; allowed in {parts[0]}: {', '.join(section.model_fields)}")
+    if len(parts) > 2 and parts[1] != "options":
+        raise ConfigError(f"'{key}' is too deep: only {parts[0]}.options takes sub-keys")
+    return parts
+
+
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """Parse ``key=value`` strings; values are read as YAML scalars (1, 0.5, true, [1, 2])."""
+    result: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got '{item}'")
+        try:
+            result[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            result[key.strip()] = raw
+    return result
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """The first error of a pydantic ValidationError as one line."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        parent = _model_at(err.title, first["loc"][:-1])
+        allowed = f"; allowed: {', '.join(parent.model_fields)}" if parent else ""
+        return f"unknown field '{loc}'{allowed}"
+    if first["type"] == "literal_error":
+        return f"{loc}: {msg}"
+    if "input" in first and not isinstance(first["input"], dict) and loc:
+        return f"{loc} = {first['input']!r}: {msg}"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _model_at(title: str, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = RunConfig if title == "RunConfig" else None
+    for part in loc:
+        if model is None:
+            return None
+        field = model.model_fields.get(str(part))
+        ann = field.annotation if field else None
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return model
+
+
+def _validate_options(options_model: type[BaseModel], raw: dict[str, Any] | BaseModel, what: str) -> dict[str, Any]:
+    if isinstance(raw, BaseModel):
+        raw = raw.model_dump()
+    unknown = set(raw) - set(options_model.model_fields)
+    if unknown:
+        allowed = ", ".join(options_model.model_fields) or "none"
+        raise ValueError(f"unknown {what} {', '.join(sorted(unknown))}; allowed: {allowed}")
+    try:
+        return options_model.model_validate(raw).model_dump(mode="json")
+    except ValidationError as err:
+        raise ValueError(f"{what}: {describe_validation_error(err)}") from None

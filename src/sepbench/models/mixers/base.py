@@ -1,0 +1,47 @@
+"""The Mixer interface: a causal token mixer with a whole-sequence path and a one-token step."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+from sepbench.config import ModelConfig, NoOptions
+
+
+class Mixer(nn.Module, ABC):
+    """Maps [B, T, D] to [B, T, D] causally; ``step`` does the same one token at a time.
+
+    Class attributes give the defaults a model is trained with unless the config says otherwise.
+    Each mixer initialises its own parameters in ``reset_parameters``; the backbone never touches them.
+    """
+
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    default_lr: ClassVar[float] = 1e-3
+    default_positions: ClassVar[str] = "learned"
+    default_mlp: ClassVar[bool] = True
+    uses_heads: ClassVar[bool] = False
+
+    def __init__(self, config: ModelConfig, max_len: int) -> None:
+        super().__init__()
+        self.width = config.width
+        self.max_len = max_len
+        self.options = self.Options.model_validate(config.options)
+
+    @abstractmethod
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Whole-sequence (training) path."""
+
+    @abstractmethod
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> Any:
+        """The state before the first token."""
+
+    @abstractmethod
+    def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """One token [B, D] in, one output [B, D] and the next state out."""
+
+    @abstractmethod
+    def reset_parameters(self) -> None:
+        """The mixer's own initialisation."""

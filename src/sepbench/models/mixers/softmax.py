@@ -1,0 +1,67 @@
+"""Causal multi-head softmax attention (Vaswani et al. 2017), through PyTorch's fused SDPA kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sepbench.config import ModelConfig
+from sepbench.models.mixers.base import Mixer
+from sepbench.models.registry import MODELS
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every token seen so far, [B, H, t, D/H] each."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+@MODELS.register("transformer", "decoder-only softmax Transformer, pre-LN, GELU MLP (Vaswani et al. 2017)")
+class SoftmaxAttention(Mixer):
+    """softmax(Q K^T / sqrt(d)) V with a causal mask (Bhattamishra et al. 2024, sec. 2)."""
+
+    default_lr = 1e-3
+    default_positions = "learned"
+    uses_heads = True
+
+    def __init__(self, config: ModelConfig, max_len: int) -> None:
+        super().__init__(config, max_len)
+        self.heads = config.heads
+        self.head_dim = config.width // config.heads
+        self.dropout = config.dropout
+        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.out = nn.Linear(config.width, config.width)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.qkv.weight)
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.xavier_uniform_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        *lead, _ = x.shape
+        q, k, v = self.qkv(x).view(*lead, 3, self.heads, self.head_dim).unbind(-3)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = (t.transpose(1, 2) for t in self._split(x))
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        return self.out(y.transpose(1, 2).reshape(batch, length, width))
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> KVCache:
+        empty = torch.zeros(batch_size, self.heads, 0, self.head_dim, device=device, dtype=dtype)
+        return KVCache(empty, empty.clone())
+
+    def step(self, x: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
+        q, k, v = (t.unsqueeze(2) for t in self._split(x))  # [B, H, 1, hd]
+        keys = torch.cat([state.keys, k], dim=2)
+        values = torch.cat([state.values, v], dim=2)
+        y = F.scaled_dot_product_attention(q, keys, values)
+        return self.out(y.reshape(x.shape[0], self.width)), KVCache(keys, values)

@@ -1,0 +1,10 @@
+"""The task suite. Importing this package registers every task in ``TASKS``."""
+from sepbench.tasks.base import TASKS, Batch, Task
+from sepbench.tasks import lookup  # noqa: F401  (registers index_lookup)
+
+__all__ = ["TASKS", "Batch", "Task", "build_task"]
+
+
+def build_task(name: str, length: int, options: dict | None = None) -> Task:
+    """Instantiate a registered task at size N = ``length``."""
+    return TASKS.get(name)(length, options)

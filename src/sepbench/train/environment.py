@@ -1,0 +1,57 @@
+"""Where a run happens: device choice, seeding, and the code version it ran."""
+from __future__ import annotations
+
+import random
+import subprocess
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present, else CPU; an explicit device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device '{name}' requested but CUDA is not available; allowed here: auto, cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device '{name}' requested but MPS is not available; allowed here: auto, cpu")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def data_rng(seed: int, stream: int) -> np.random.Generator:
+    """Independent numpy streams per purpose (0 = training data, 1 = evaluation data, ...)."""
+    return np.random.default_rng([seed, stream])
+
+
+@lru_cache(maxsize=1)
+def package_version() -> str:
+    try:
+        return metadata.version("sepbench")
+    except metadata.PackageNotFoundError:
+        from sepbench import __version__
+
+        return __version__
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the sepbench checkout, when it runs from one."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

@@ -1,0 +1,42 @@
+"""RunResult: everything a finished run records."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from sepbench.config import RunConfig
+
+RunStatus = Literal["solved", "completed", "diverged", "failed"]
+
+
+class EvalPoint(BaseModel):
+    step: int
+    loss: float
+    accuracy: float
+    seconds: float
+
+
+class RunResult(BaseModel):
+    """One run. ``status``: solved (reached the threshold), completed (ran all steps), diverged, failed."""
+
+    config: RunConfig
+    config_hash: str
+    status: RunStatus
+    metrics: dict[str, float] = Field(default_factory=dict, description="final evaluation metrics")
+    curve: list[EvalPoint] = Field(default_factory=list)
+    steps: int = 0
+    steps_to_threshold: int | None = None
+    seconds_to_threshold: float | None = None
+    wall_seconds: float = 0.0
+    parameters: int = 0
+    state_floats: int = 0
+    device: str = "cpu"
+    version: str = ""
+    git_commit: str | None = None
+    created_at: str = ""
+    error: str | None = None
+
+    @property
+    def accuracy(self) -> float:
+        return self.metrics.get("accuracy", 0.0)

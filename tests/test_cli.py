@@ -1,0 +1,72 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sepbench.cli import app
+from sepbench.store import Store
+
+runner = CliRunner()
+QUICK = ["run", "--task", "index_lookup", "--model", "transformer", "--layers", "1", "--width", "32", "--length", "12",
+         "--steps", "40", "--seed", "0", "--device", "cpu", "--set", "train.eval_every=20", "--set", "train.eval_samples=200"]
+
+
+def test_listings():
+    tasks = runner.invoke(app, ["tasks"])
+    models = runner.invoke(app, ["models"])
+    assert tasks.exit_code == 0 and "index_lookup" in tasks.stdout
+    assert models.exit_code == 0 and "transformer" in models.stdout and "lstm" in models.stdout
+
+
+def test_run_stores_and_force_reproduces(store_path):
+    first = runner.invoke(app, QUICK)
+    assert first.exit_code == 0, first.output
+    store = Store(store_path)
+    (stored,) = store.results()
+    again = runner.invoke(app, QUICK)
+    assert again.exit_code == 0 and "already in" in again.stderr and len(store) == 1
+    forced = runner.invoke(app, QUICK + ["--force"])
+    assert forced.exit_code == 0 and len(store) == 1
+    (reran,) = store.results()
+    assert reran.metrics == stored.metrics and [p.loss for p in reran.curve] == [p.loss for p in stored.curve]
+    listing = runner.invoke(app, ["results", "--format", "json"])
+    rows = json.loads(listing.stdout)
+    assert [r["config_hash"] for r in rows] == [stored.config_hash]
+    csv = runner.invoke(app, ["results", "--format", "csv"])
+    assert csv.stdout.splitlines()[0].startswith("config_hash,task,model")
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["run", "--task", "nope", "--model", "transformer"], "unknown task 'nope'; allowed: index_lookup"),
+        (["run", "--model", "nope"], "unknown model 'nope'; allowed:"),
+        (["run", "--width", "0"], "model.width"),
+        (["run", "--set", "no_such_field=1"], "unknown key 'no_such_field'"),
+        (["run", "--set", "train.no_such_field=1"], "allowed in train"),
+        (["run", "--eval-lengths", "3,x"], "comma-separated integers"),
+        (["run", "--length", "5"], "min_length 10 exceeds length 5"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(store_path, args, fragment):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not store_path.exists() or len(Store(store_path)) == 0
+
+
+def test_malformed_yaml_exits_2(store_path, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {width: [\n")
+    result = runner.invoke(app, ["run", "--config", str(bad)])
+    assert result.exit_code == 2 and "not valid YAML" in result.stderr
+    assert not store_path.exists() or len(Store(store_path)) == 0
+
+
+def test_config_file_and_flags_combine(store_path, tmp_path):
+    spec = tmp_path / "run.yaml"
+    spec.write_text("task: {length: 12}\nmodel: {name: lstm, width: 16}\ntrain: {steps: 20, eval_every: 10, eval_samples: 100}\n")
+    result = runner.invoke(app, ["run", "--config", str(spec), "--width", "24", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    (run,) = Store(store_path).results()
+    assert (run.config.model.name, run.config.model.width, run.config.task.length) == ("lstm", 24, 12)

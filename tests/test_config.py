@@ -1,0 +1,60 @@
+import pytest
+
+from sepbench.config import ConfigError, RunConfig, apply_overrides, load_yaml, parse_assignments
+
+
+def test_defaults_are_resolved_so_equal_runs_hash_equal():
+    implicit = RunConfig.build({})
+    explicit = RunConfig.build({"model": {"positions": "learned", "mlp": True}, "train": {"lr": implicit.train.lr},
+                                "task": {"options": {"alphabet_size": 64}}})
+    assert implicit.config_hash() == explicit.config_hash()
+    assert implicit.config_hash() == RunConfig.build({"device": "cpu"}).config_hash()
+    assert implicit.config_hash() != RunConfig.build({"seed": 1}).config_hash()
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ({"bogus": 1}, "unknown field 'bogus'"),
+        ({"train": {"bogus": 1}}, "unknown field 'train.bogus'"),
+        ({"model": {"width": 0}}, "model.width"),
+        ({"model": {"name": "nope"}}, "unknown model 'nope'; allowed: transformer"),
+        ({"task": {"name": "nope"}}, "unknown task 'nope'; allowed: index_lookup"),
+        ({"model": {"width": 30, "heads": 4}}, "not divisible"),
+        ({"task": {"options": {"alphabet": 3}}}, "allowed: alphabet_size"),
+        ({"task": {"options": {"alphabet_size": 1}}}, "alphabet_size"),
+        ({"train": {"schedule": "exp"}}, "train.schedule"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
+def test_bad_configs_give_one_line(data, fragment):
+    with pytest.raises(ConfigError) as info:
+        RunConfig.build(data)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_overrides_qualify_bare_leaf_names():
+    data = apply_overrides({}, parse_assignments(["warmup_steps=7", "model.width=32", "seed=3", "task.options.alphabet_size=8"]))
+    cfg = RunConfig.build(data)
+    assert (cfg.train.warmup_steps, cfg.model.width, cfg.seed, cfg.task.options["alphabet_size"]) == (7, 32, 3, 8)
+
+
+@pytest.mark.parametrize("item, fragment", [("no_such_field=1", "unknown key"), ("name=x", "ambiguous"),
+                                             ("train.nope=1", "allowed in train"), ("novalue", "key=value")])
+def test_bad_assignments(item, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        apply_overrides({}, parse_assignments([item]))
+
+
+def test_yaml_loading(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("task: {name: index_lookup, length: 30}\nmodel: {name: lstm, width: 16}\nseed: 4\n")
+    cfg = RunConfig.from_yaml(good)
+    assert (cfg.task.length, cfg.model.name, cfg.seed) == (30, "lstm", 4)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: {name: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
