@@ -80,6 +80,7 @@ class NearestNeighborOptions(BaseModel):
     queries: Literal["nearest", "recall"] = Field(
         "nearest", description="nearest: later points uniform; recall: each later point repeats one of the first N/2"
     )
+    distinct: bool = Field(False, description="the first N/2 points are distinct (needs 2^dims >= N/2)")
 
 
 @TASKS.register("nearest_neighbor", "x1 y1 .. xN yN on the hypercube; for k > N/2, y_k is the label of x_k's nearest earlier point")
@@ -125,6 +126,10 @@ class NearestNeighbor(Task):
         total = length or self.length
         start = total // 2
         ids = rng.integers(0, self.points, size=(n, total))
+        if self.options.distinct:
+            if start > self.points:
+                raise ValueError(f"distinct points need 2^dims >= N/2; got N={total}, dims={self.options.dims}")
+            ids[:, :start] = np.argsort(rng.random((n, self.points)), axis=1)[:, :start]
         if self.options.queries == "recall":
             source = rng.integers(0, start, size=(n, total - start))
             ids[:, start:] = np.take_along_axis(ids[:, :start], source, 1)

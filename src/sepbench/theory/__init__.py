@@ -1,0 +1,1 @@
+"""The theory of the separations paper: hand-set constructions and lower-bound calculators."""
