@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from torch import nn
 from sepbench.config import ModelConfig
 from sepbench.models import SequenceModel, build_model
 from sepbench.tasks import Task
-from sepbench.tasks.equality import Equality
+from sepbench.tasks.equality import EqOne, EqRandom, Equality
 from sepbench.tasks.lookup import IndexLookup
 from sepbench.tasks.recall import NearestNeighbor
 from sepbench.train.loop import evaluate
@@ -176,7 +177,7 @@ def index_lookup(task: IndexLookup, code_width: int | None = None, seed: int = 0
     for name, size in (("rho", b), ("query", k), ("key", k), ("bits", b), ("one", 1)):
         slots.add(name, size)
     w = slots.width
-    eta = eta if eta is not None else 2 * math.log(3 * n) + 1.0
+    eta = eta if eta is not None else lookup_eta(n)
     model = blank_transformer(1, w, task.vocab_size, task.max_seq_len(), 2 * b)
     with torch.no_grad():
         embed = np.zeros((task.vocab_size, w))
@@ -206,6 +207,24 @@ def index_lookup(task: IndexLookup, code_width: int | None = None, seed: int = 0
     return Construction(model, task, w, k, {"eta": eta, "coherence": coherence(codes)})
 
 
+def lookup_attention_floor(codes: np.ndarray, eta: float, chunk: int = 512) -> float:
+    """Smallest softmax weight the Thm 1 index token at position N puts on its target, over every p.
+
+    The keys are T(1..N) and the index token's own T(N+1); the query of p is eta T(p). The averaged bit
+    is >= the weight when s_p's bit is 1 and <= 1 - weight when it is 0, so a floor above 1/2 makes the
+    thresholded bits exact on every input (and a floor <= 1/2 admits an input with a wrong bit).
+    """
+    n = codes.shape[0] - 1
+    floor = 1.0
+    for lo in range(0, n, chunk):
+        scores = eta * codes[lo : min(n, lo + chunk)] @ codes.T
+        weights = np.exp(scores - scores.max(1, keepdims=True))
+        weights /= weights.sum(1, keepdims=True)
+        rows = np.arange(weights.shape[0])
+        floor = min(floor, float(weights[rows, lo + rows].min()))
+    return floor
+
+
 def equality(task: Equality, code_width: int | None = None, seed: int = 0, k_c: float = 20.0) -> Construction:
     """Thm 6 (App. F.2, L604-657, with the spec's sec. 8 item 6 fixes): two layers decide u == v.
 
@@ -228,7 +247,7 @@ def equality(task: Equality, code_width: int | None = None, seed: int = 0, k_c: 
                        ("differs", 1), ("one", 1)):
         slots.add(name, size)
     w = slots.width
-    eta = math.log(n) + k_c * math.log(2 * n)
+    eta = equality_eta(n, k_c)
     model = blank_transformer(2, w, task.vocab_size, task.max_seq_len(), 2 * b)
     with torch.no_grad():
         embed = np.zeros((task.vocab_size, w))
@@ -298,7 +317,7 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
     mu = float(np.abs(gram).max()) if n > 1 else 0.0
     if mu >= 0.5:
         raise ValueError(f"label codes of width {k} have coherence {mu:.2f} >= 1/2 at N={n}; use a larger code width")
-    eta2 = math.log(200.0 * 2 * n) / (1.0 - mu)
+    eta2 = nearest_neighbor_eta2(mu, n)
     model = blank_transformer(2, w, task.vocab_size, total, 2 * k)
     with torch.no_grad():
         embed = np.zeros((task.vocab_size, w))
@@ -345,3 +364,118 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
         head[task.points] = -head[task.points + 1]
         model.head.weight.copy_(_tensor(head))
     return Construction(model, task, w, k, {"eta1": eta1, "eta2": eta2, "gamma": gamma, "coherence": mu})
+
+
+def smallest_width(accepts: Callable[[int], bool], step: int = 8) -> int:
+    """Smallest multiple of ``step`` that ``accepts`` (doubling, then binary search; assumes monotone)."""
+    hi = 1
+    while not accepts(hi * step):
+        hi *= 2
+    lo = hi // 2 + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if accepts(mid * step):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi * step
+
+
+def _softmax_rows(scores: np.ndarray) -> np.ndarray:
+    weights = np.exp(scores - scores.max(1, keepdims=True))
+    return weights / weights.sum(1, keepdims=True)
+
+
+def lookup_eta(length: int) -> float:
+    """eta > 2 ln(3N) (App. C.2, L414)."""
+    return 2 * math.log(3 * length) + 1.0
+
+
+def equality_eta(length: int, k_c: float = 20.0) -> float:
+    """eta = ln N + K_c ln 2N (App. F.2, L644-655)."""
+    return math.log(length) + k_c * math.log(2 * length)
+
+
+def equality_leak(codes: np.ndarray, eta: float) -> float:
+    """Largest layer-1 weight that a second-half position of Thm 6 puts off its partner p' (causal keys).
+
+    A copied +-1 bit is off by at most twice the leak, so a leak below 1/(N * bits) keeps the summed XOR
+    of an equal pair under 1/2 while one differing position alone reaches 1 - leak.
+    """
+    total = codes.shape[0]
+    half = (total - 1) // 2
+    worst = 0.0
+    for t in range(half + 1, total):
+        scores = eta * (codes[t - half - 1] @ codes[: t + 1].T - 0.5)
+        weights = _softmax_rows(scores[None])[0]
+        worst = max(worst, 1.0 - float(weights[t - half - 1]))
+    return worst
+
+
+def recall_floor(label_codes: np.ndarray, eta: float) -> float:
+    """Smallest layer-2 weight of Thm 7 on the nearest point's label, keys = all N labels plus N points at 0."""
+    k = label_codes.shape[1]
+    unit = label_codes / math.sqrt(k)
+    scores = eta * unit @ unit.T
+    n = len(unit)
+    peak = scores.max(1, keepdims=True)
+    mass = np.exp(scores - peak).sum(1) + n * np.exp(-peak[:, 0])
+    return float((np.exp(np.diag(scores) - peak[:, 0]) / mass).min())
+
+
+def nearest_neighbor_eta2(mu: float, length: int) -> float:
+    """Layer-2 sharpness: ln(400 N) / (1 - mu) for label codes of coherence mu."""
+    return math.log(400.0 * length) / (1.0 - mu)
+
+
+def min_code_width(name: str, length: int, seed: int = 0) -> int:
+    """Smallest width (multiple of 8) of sign codes that the construction's own exactness condition accepts.
+
+    Thm 1: every target weight above 1/2 (``lookup_attention_floor``); Thm 6: layer-1 leak below
+    1/(N * bits) (``equality_leak``); Thm 7: label-code coherence below 1/2 and every layer-2 target weight
+    above 1/2 (``recall_floor``). These conditions are checked on the codes, for every position at once.
+    """
+    def draw(count: int, k: int) -> np.ndarray:
+        return sign_codes(count, k, np.random.default_rng(seed))
+
+    if name == "index_lookup":
+        return smallest_width(lambda k: lookup_attention_floor(draw(length + 1, k), lookup_eta(length)) > 0.5)
+    if name in ("equality", "eq_one"):
+        bits = 1 if name == "equality" else binary_code(1024).shape[1]
+        eta = equality_eta(length)
+        return smallest_width(lambda k: equality_leak(draw(length + 1, k), eta) < 1.0 / (length * bits))
+
+    def recall_ok(k: int) -> bool:
+        codes = draw(length, k) * math.sqrt(k)
+        mu = coherence(codes / math.sqrt(k))
+        return mu < 0.5 and recall_floor(codes, nearest_neighbor_eta2(mu, length)) > 0.5
+
+    return smallest_width(recall_ok)
+
+
+def nearest_neighbor_task(length: int) -> NearestNeighbor:
+    """NstNb instances with Thm 7's margin: distinct first-half points, each later point repeating one of them."""
+    dims = max(6, math.ceil(math.log2(max(2, length // 2))))
+    return NearestNeighbor(length, {"dims": dims, "queries": "recall", "distinct": True})
+
+
+CONSTRUCTIONS: dict[str, str] = {
+    "index_lookup": "Thm 1: one layer, O(log N) nearly orthogonal position codes (App. C.2)",
+    "equality": "Thm 6: two layers decide u == v on {0,1} halves (eq_random, App. F.2)",
+    "eq_one": "Thm 6 on eq_one (|Sigma| = 1024, symbols as +-1 bit vectors)",
+    "nearest_neighbor": "Thm 7: two layers output the label of the nearest earlier point (App. G.2)",
+}
+
+
+def construct(name: str, length: int, code_width: int | None = None, seed: int = 0) -> Construction:
+    """The construction ``name`` at task size ``length``; ``code_width`` None uses ``min_code_width``."""
+    if name not in CONSTRUCTIONS:
+        raise ValueError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
+    if name == "index_lookup":
+        task = IndexLookup(length)
+        return index_lookup(task, code_width or min_code_width(name, length, seed), seed)
+    if name in ("equality", "eq_one"):
+        task = EqOne(length) if name == "eq_one" else EqRandom(length)
+        return equality(task, code_width or min_code_width(name, length, seed), seed)
+    task = nearest_neighbor_task(length)
+    return nearest_neighbor(task, code_width or min_code_width(name, length, seed), seed)
