@@ -215,6 +215,38 @@ def construct(
     out.print(table)
 
 
+@app.command("bounds")
+def bounds(
+    task: str = typer.Option(..., help="index_lookup, dyck, eq_random, eq_one, equality, nearest_neighbor, mqar, associative_recall"),
+    length: Optional[int] = typer.Option(None, help="task size N"),
+    lengths: Optional[str] = typer.Option(None, help="several task sizes, comma-separated"),
+    precision: int = typer.Option(32, help="bits per number p"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+) -> None:
+    """The paper's lower bounds on model size for a task at size N and precision p."""
+    from sepbench.theory.bounds import bound_table
+
+    with bad_input_exits():
+        sizes = _parse_lengths(lengths, "--lengths") if lengths else [length] if length else []
+        if not sizes:
+            raise ConfigError("give --length N or --lengths N1,N2,...")
+        try:
+            frame = bound_table(task, sizes, precision)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+    if output is OutputFormat.csv:
+        sys.stdout.write(frame.to_csv(index=False))
+    elif output is OutputFormat.json:
+        sys.stdout.write(frame.to_json(orient="records", indent=2) + "\n")
+    else:
+        table = Table("N", "theorem", "architecture", "bounded", "bound", "smallest allowed", "statement",
+                      title=f"lower bounds for {task} at p = {precision} bits")
+        for row in frame.itertuples(index=False):
+            table.add_row(str(row.length), row.theorem, row.architecture, row.quantity, f"{row.value:.4g}",
+                          str(row.minimum), row.statement)
+        out.print(table)
+
+
 def main() -> None:
     app()
 
