@@ -63,3 +63,17 @@ def test_paper_flops_reproduce_table_2_linear_row_within_a_fifth_of_a_percent():
 def test_model_cost_row():
     cost = model_cost("lstm", width=8, layers=2, length=10, vocab_size=5)
     assert (cost.parameters, cost.state_floats) == (2 * (4 * 8 * (8 + 8 + 2)) + 5 * 8 + 5 * 8 + 2 * 2 * 8 + 2 * 8, 2 * 2 * 8)
+
+
+def test_models_details_prints_every_architecture(tmp_path):
+    from typer.testing import CliRunner
+
+    from sepbench.cli import app
+
+    result = CliRunner().invoke(app, ["models", "--details", "--width", "16", "--layers", "1", "--length", "64"])
+    assert result.exit_code == 0, result.output
+    for name in MODELS.names():
+        row = next(line for line in result.output.splitlines() if f" {name} " in line)
+        assert f"{model_cost(name, 16, 1, 64).parameters:,}" in row
+    bad = CliRunner().invoke(app, ["models", "--details", "--width", "15"])
+    assert bad.exit_code == 2 and "not divisible by heads" in bad.output
