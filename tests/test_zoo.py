@@ -77,7 +77,7 @@ def test_linear_state_is_the_prefix_sum_of_equations_16_to_19():
 @pytest.mark.parametrize("length,chunk", [(1, None), (10, None), (37, 5), (64, 64), (50, 1)])
 def test_mamba_chunked_scan_matches_step_by_step_reference(length, chunk):
     torch.manual_seed(length)
-    decay = torch.rand(2, length, 3, 4, dtype=torch.double, requires_grad=True)
+    decay = (-3 * torch.rand(2, length, 3, 4, dtype=torch.double)).requires_grad_()
     drive = torch.randn(2, length, 3, 4, dtype=torch.double, requires_grad=True)
     fast = selective_scan_chunked(decay, drive, chunk)
     slow = selective_scan_reference(decay, drive)
@@ -112,3 +112,13 @@ def test_unknown_mixer_option_is_a_config_error():
 
     with pytest.raises(ConfigError, match="sparse_transformer"):
         RunConfig.build({"model": {"name": "sparse_transformer", "options": {"window": 3}}})
+
+
+def test_mamba_model_with_chunked_scan_matches_the_reference_scan():
+    tokens = torch.randint(0, 9, (2, 30))
+    outputs = []
+    for scan in ("chunked", "reference"):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name="mamba", layers=2, width=16, options={"scan": scan}), 9, 30).double()
+        outputs.append(model(tokens))
+    torch.testing.assert_close(outputs[0], outputs[1])

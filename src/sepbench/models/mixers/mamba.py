@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ class MambaOptions(StrictModel):
     conv: int = Field(4, ge=1, description="depthwise causal convolution width")
     dt_rank: int | None = Field(None, ge=1, description="rank of the Delta projection; default ceil(width / 16)")
     chunk: int | None = Field(None, ge=1, description="scan chunk length; default about sqrt(T)")
+    scan: Literal["chunked", "reference"] = Field("chunked", description="training scan: chunked, or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
 
 
@@ -31,22 +33,23 @@ def _cuda_kernel():
     return selective_scan_fn
 
 
-def selective_scan_reference(decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
-    """h_t = decay_t * h_{t-1} + drive_t, one step at a time over [B, T, ...]; the chunked scan is tested against it."""
+def selective_scan_reference(log_decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
+    """h_t = exp(log_decay_t) h_{t-1} + drive_t, one step at a time over [B, T, ...]; the chunked scan is tested against it."""
     h = torch.zeros_like(drive[:, 0])
     states = []
-    for t in range(drive.shape[1]):
-        h = decay[:, t] * h + drive[:, t]
+    for a, u in zip(log_decay.exp().unbind(1), drive.unbind(1)):
+        h = a * h + u
         states.append(h)
     return torch.stack(states, 1)
 
 
-def selective_scan_chunked(decay: torch.Tensor, drive: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+def selective_scan_chunked(log_decay: torch.Tensor, drive: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """The same recurrence with O(T/C + C) sequential steps instead of T.
 
     Time is cut into chunks of C. One pass over the C offsets scans every chunk at once from a zero
     state; a pass over the T/C chunks carries the true state across chunk boundaries; the carried
-    state reaches each position through the within-chunk cumulative product of the decays.
+    state reaches each position through the within-chunk cumulative product of the decays (a cumulative
+    sum of their logs, which is cheaper to differentiate than ``cumprod``).
     """
     batch, length = drive.shape[:2]
     chunk = chunk or max(1, math.isqrt(length))
@@ -54,21 +57,22 @@ def selective_scan_chunked(decay: torch.Tensor, drive: torch.Tensor, chunk: int 
     pad = n * chunk - length
     if pad:
         tail = (0, 0) * (drive.dim() - 2) + (0, pad)
-        decay, drive = F.pad(decay, tail, value=1.0), F.pad(drive, tail)
-    decay = decay.view(batch, n, chunk, *decay.shape[2:])
+        log_decay, drive = F.pad(log_decay, tail), F.pad(drive, tail)
+    log_decay = log_decay.view(batch, n, chunk, *log_decay.shape[2:])
+    decay = log_decay.exp()
     drive = drive.view(batch, n, chunk, *drive.shape[2:])
     h = torch.zeros_like(drive[:, :, 0])
     local = []
-    for c in range(chunk):
-        h = decay[:, :, c] * h + drive[:, :, c]
+    for a, u in zip(decay.unbind(2), drive.unbind(2)):
+        h = a * h + u
         local.append(h)
     local_states = torch.stack(local, 2)  # [B, n, C, ...]
-    carry = decay.cumprod(2)
+    carry = log_decay.cumsum(2).exp()
     start = torch.zeros_like(drive[:, 0, 0])
     starts = []
-    for j in range(n):
+    for a, u in zip(carry[:, :, -1].unbind(1), local[-1].unbind(1)):
         starts.append(start)
-        start = carry[:, j, -1] * start + local_states[:, j, -1]
+        start = a * start + u
     states = local_states + carry * torch.stack(starts, 1).unsqueeze(2)
     return states.reshape(batch, n * chunk, *states.shape[3:])[:, :length]
 
@@ -135,9 +139,12 @@ class MambaBlock(Mixer):
                        b.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous(), self.skip.float(),
                        delta_softplus=False).transpose(1, 2)
         else:
-            decay = torch.exp(delta.unsqueeze(-1) * a)  # [B, T, E, N]
+            log_decay = delta.unsqueeze(-1) * a  # [B, T, E, N]
             drive = (delta * u).unsqueeze(-1) * b.unsqueeze(-2)
-            states = selective_scan_chunked(decay, drive, self.options.chunk)
+            if self.options.scan == "reference":
+                states = selective_scan_reference(log_decay, drive)
+            else:
+                states = selective_scan_chunked(log_decay, drive, self.options.chunk)
             y = (states @ c.unsqueeze(-1)).squeeze(-1) + self.skip * u
         return self.out_proj(y * F.silu(z))
 
