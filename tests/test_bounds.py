@@ -70,16 +70,19 @@ def _random_model(name: str, layers: int, width: int, heads: int = 1) -> torch.n
     return build_model(config, vocab_size=11, max_len=40).double().eval()
 
 
-def test_thm2_state_split_reproduces_the_recurrent_output():
-    model = _random_model("lstm", 2, 16)
-    tokens = torch.randint(0, 11, (6, 30), generator=torch.Generator().manual_seed(1))
+@pytest.mark.parametrize("name", ["lstm", "linear_transformer", "retnet", "dss", "mamba"])
+def test_thm2_state_split_reproduces_the_recurrent_output(name):
+    model = _random_model(name, 2, 16, heads=2 if name == "retnet" else 1)
+    tokens = torch.randint(0, 11, (4, 30), generator=torch.Generator().manual_seed(1))
     full = model(tokens)[:, -1]
     sizes = set()
-    for split in (1, 7, 15, 29):
+    for split in (1, 7, 29):
         transcript = one_way_protocol(model, tokens, split)
-        torch.testing.assert_close(transcript.logits, full, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(transcript.logits, full, rtol=1e-7, atol=1e-7)
         sizes.add(transcript.numbers_sent)
-    assert sizes == {2 * 2 * 16}  # h and c of two layers, whatever the split
+    assert len(sizes) == 1  # the message is the state, whose size does not depend on the split
+    if name == "lstm":
+        assert sizes == {2 * 2 * 16}  # h and c of two layers
 
 
 @pytest.mark.parametrize("heads", [1, 4])
