@@ -144,3 +144,31 @@ def test_bad_lengths_are_rejected():
         build_task("mqar", 300)
     with pytest.raises(ValueError, match="even"):
         build_task("eq_one", 20).sample_eval(2, np.random.default_rng(0), 15)
+
+
+@pytest.mark.parametrize("name,length,options,other", [
+    ("dyck", 20, {}, [10, 40]), ("eq_random", 20, {}, [10, 40]), ("eq_ncp", 20, {}, [40]),
+    ("mqar", 8, {}, [4, 16]), ("nearest_neighbor", 12, {}, [6, 24]),
+])
+def test_evaluation_at_other_lengths(name, length, options, other):
+    task = build_task(name, length, options)
+    for n in other:
+        batch = task.sample_eval(500, np.random.default_rng(n), n)
+        assert batch.inputs.shape[1] == task.max_seq_len(n) and all_pass(task, batch)
+    from sepbench.config import RunConfig
+    from sepbench.train import train
+
+    cfg = RunConfig.build({"task": {"name": name, "length": length, "options": options, "eval_lengths": other},
+                           "model": {"name": "lstm", "width": 8}, "device": "cpu",
+                           "train": {"steps": 2, "eval_every": 2, "eval_samples": 50}})
+    result = train(cfg, progress=False)
+    assert {f"accuracy@{n}" for n in other} <= set(result.metrics)
+
+
+def test_distinct_points_for_nearest_neighbor():
+    task = build_task("nearest_neighbor", 40, {"dims": 5, "distinct": True, "queries": "recall"})
+    batch = task.sample_eval(300, np.random.default_rng(0))
+    first = batch.inputs[:, 0:40:2]
+    assert all(len(set(row.tolist())) == 20 for row in first) and all_pass(task, batch)
+    with pytest.raises(ValueError, match="2\\^dims >= N/2"):
+        build_task("nearest_neighbor", 80, {"dims": 5, "distinct": True}).sample_eval(1, np.random.default_rng(0))
