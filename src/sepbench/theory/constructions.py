@@ -226,14 +226,14 @@ def lookup_attention_floor(codes: np.ndarray, eta: float, chunk: int = 512) -> f
 
 
 def equality(task: Equality, code_width: int | None = None, seed: int = 0, k_c: float = 20.0) -> Construction:
-    """Thm 6 (App. F.2, L604-657, with the spec's sec. 8 item 6 fixes): two layers decide u == v.
+    """Thm 6 (App. F.2, L604-657, with typo fix 6 of docs/separations.md): two layers decide u == v.
 
     Position p carries [T(p), T(p'), flag] with p' the matching position of the first half (p' = p up to the
     separator) and flag = 1 after it; a symbol carries its bits in +-1 and a constant 1.
     Layer 1: Q = eta [T(p'), 1], K = [T(j), -1/2] (hard attention to p'), V copies the bits; its ReLU layer
     writes XOR_p = number of differing bits (0 before the separator). Layer 2: Q = 0 (uniform), V = XOR, so
     the last token sees mean XOR; its ReLU layer outputs min(1, (N + 1) * mean), and the head reads u == v
-    as "no position differs". eta = ln N + K_c ln 2N (sec. 6.3).
+    as "no position differs". eta = ln N + K_c ln 2N (L644-655).
     """
     n = task.length
     half = n // 2
@@ -289,7 +289,7 @@ def equality(task: Equality, code_width: int | None = None, seed: int = 0, k_c: 
 
 
 def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0, self_penalty: float = 10.0) -> Construction:
-    """Thm 7 (App. G.2, L749-858, with the spec's sec. 8 item 5 fixes): two layers find y of the nearest point.
+    """Thm 7 (App. G.2, L749-858, with typo fix 5 of docs/separations.md): two layers find y of the nearest point.
 
     Slots [x | y | c | T(own) | T(next) | scratch | nn | out]; point i (position 2i-1) has c = 1 and next =
     its label's code, label i has c = -2 (Eq. 9). Layer 1: Q = eta1 [x, 1, -10 T(own)], K = [x, 3c, T(own)]
