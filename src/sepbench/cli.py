@@ -173,6 +173,81 @@ def results(
         out.print(f"{len(frame)} runs in {Store(store).path}")
 
 
+@app.command("softmax-vs-linear")
+def softmax_vs_linear(
+    figure: str = typer.Argument(..., help="a figure id (fig3a, fig3b, fig4a-f, fig5a-f, fig7a-e) or 'learned'"),
+    out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
+    trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
+    seed: Optional[int] = typer.Option(None, help="base seed; point i uses seed + i [default: the config's]"),
+    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs [default: configs/deng2023]"),
+    lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
+    steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
+    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or auto"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+) -> None:
+    """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): run one figure's sweep."""
+    from sepbench.store import Store
+    from sepbench.theory.softmax_vs_linear import figures
+
+    device = _resolve_device(device)
+    with bad_input_exits():
+        if figure == "learned":
+            _softmax_vs_linear_learned(out_dir, lengths, steps, seed, device)
+            return
+        config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
+        err.print(f"{config.figure}: {config.title} ({figures.RECONSTRUCTED})", markup=False, highlight=False)
+        frame = figures.run_figure(config, trials, seed, device, on_point=lambda row: err.print(
+            f"  {row['parameter']}={row['value']:g}: E {row['successes']}/{row['trials']} ({row['seconds']:.2f}s)",
+            markup=False, highlight=False))
+    csv, png = figures.write_outputs(frame, config, out_dir)
+    db = Store(store)
+    db.put_softmax_vs_linear(figures.store_rows(frame))
+    table = Table(config.parameter, "E", "trials", "F_exp(D0)=0", "F_exp(D1)>0", "F_lin(D0)=0", "F_lin(D1)=0",
+                  title=f"{config.figure}: {config.title}", caption=figures.RECONSTRUCTED)
+    for row in frame.itertuples(index=False):
+        table.add_row(f"{row.value:g}", str(row.successes), str(row.trials), str(row.exp_d0_zero),
+                      str(row.exp_d1_positive), str(row.lin_d0_zero), str(row.lin_d1_zero))
+    out.print(table)
+    out.print(f"wrote {csv} and {png}; {len(frame)} points stored in {db.path}")
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _softmax_vs_linear_learned(out_dir: Path, lengths: str | None, steps: int | None, seed: int | None,
+                               device: str) -> None:
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig, run_learned
+
+    fields: dict[str, object] = {}
+    if lengths:
+        fields["lengths"] = _parse_lengths(lengths)
+    if steps is not None:
+        fields["steps"] = steps
+    if seed is not None:
+        fields["seed"] = seed
+    config = LearnedConfig(**fields)
+    if any(n < 3 for n in config.lengths):
+        raise ConfigError(f"--lengths must all be at least 3, got {config.lengths}")
+    frame = run_learned(config, device, on_result=lambda row: err.print(
+        f"  n={row['n']} {row['kind']}: test accuracy {row['test_accuracy']:.3f} ({row['seconds']:.1f}s)",
+        markup=False, highlight=False))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "learned.csv"
+    path.write_text(f"# learned one-layer classifiers on reconstructed R2 data (seed002); settings ours\n"
+                    + frame.to_csv(index=False))
+    wide = frame.pivot(index="n", columns="kind", values="test_accuracy")
+    table = Table("n", "softmax test acc", "linear test acc", title="learned D0-vs-D1 classifiers (R2 data, reconstructed)")
+    for n, row in wide.iterrows():
+        table.add_row(str(n), f"{row['exp']:.3f}", f"{row['lin']:.3f}")
+    out.print(table)
+    out.print(f"wrote {path}")
+
+
 def main() -> None:
     app()
 
