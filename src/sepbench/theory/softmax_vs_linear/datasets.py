@@ -56,10 +56,19 @@ class ToyData(DataParams):
         return x0, x1
 
 
-def _support(scores: Tensor, size: int) -> Tensor:
-    """One-hot rows of the ``size`` highest-scoring coordinates (a uniformly random subset given the forcing)."""
-    index = scores.topk(size, dim=-1).indices
-    return torch.zeros_like(scores).scatter_(-1, index, 1.0)
+def random_subsets(shape: tuple[int, ...], population: int, size: int, generator: torch.Generator) -> Tensor:
+    """Uniform ``size``-subsets of ``range(population)``, one per entry of ``shape`` (Floyd's algorithm, batched)."""
+    chosen = torch.empty(*shape, size, dtype=torch.long)
+    for i, top in enumerate(range(population - size, population)):
+        pick = torch.randint(0, top + 1, shape, generator=generator)
+        taken = (chosen[..., :i] == pick.unsqueeze(-1)).any(dim=-1)
+        chosen[..., i] = torch.where(taken, top, pick)
+    return chosen
+
+
+def skip(index: Tensor, anchor: Tensor) -> Tensor:
+    """Map indices in ``range(d - 1)`` onto ``range(d)`` without ``anchor`` (broadcast over trailing dims)."""
+    return index + (index >= anchor).long()
 
 
 class SelfData(DataParams):
@@ -98,17 +107,18 @@ class SelfData(DataParams):
 
     def _one(self, batch: int, spike: float, generator: torch.Generator, dtype: torch.dtype) -> TokenSet:
         d, n2 = self.d, self.n - 2
-        rows = torch.arange(batch)
         anchor = torch.randint(0, d, (batch,), generator=generator)
-        scores = torch.rand(batch, d, generator=generator, dtype=dtype)
-        scores[rows, anchor] = 2.0
-        type1 = spike * _support(scores, self.s) / math.sqrt(self.s)
-        scores = torch.rand(batch, n2, d, generator=generator, dtype=dtype)
-        holds = torch.arange(n2) < self.anchored_columns()
-        scores[rows[:, None], torch.arange(n2)[None, :], anchor[:, None]] = torch.where(holds, 2.0, -1.0).to(dtype)
-        type2 = _support(scores, self.k) / math.sqrt(self.k)
-        type3 = torch.full((batch, 1, d), 1.0 / math.sqrt(d), dtype=dtype)
-        return TokenSet(torch.cat([type1[:, None, :], type2, type3], dim=1).transpose(1, 2).contiguous())
+        tokens = torch.zeros(batch, self.n, d, dtype=dtype)
+        others = skip(random_subsets((batch,), d - 1, self.s - 1, generator), anchor[:, None])
+        type1 = torch.cat([anchor[:, None], others], dim=-1)
+        tokens[:, 0].scatter_(-1, type1, spike / math.sqrt(self.s))
+        held, free = self.anchored_columns(), n2 - self.anchored_columns()
+        holding = skip(random_subsets((batch, held), d - 1, self.k - 1, generator), anchor[:, None, None])
+        holding = torch.cat([anchor[:, None, None].expand(batch, held, 1), holding], dim=-1)
+        avoiding = skip(random_subsets((batch, free), d - 1, self.k, generator), anchor[:, None, None])
+        tokens[:, 1:-1].scatter_(-1, torch.cat([holding, avoiding], dim=1), 1.0 / math.sqrt(self.k))
+        tokens[:, -1] = 1.0 / math.sqrt(d)
+        return TokenSet(tokens.transpose(1, 2))
 
     def sample(self, batch: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> tuple[TokenSet, TokenSet]:
         return self._one(batch, 1.0, generator, dtype), self._one(batch, self.b, generator, dtype)
