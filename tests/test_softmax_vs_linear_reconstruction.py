@@ -20,8 +20,8 @@ def test_r1_success_tracks_one_minus_two_to_minus_m(m, expected):
 
 
 def test_r1_linear_never_detects_the_spike_and_success_rises_with_n():
-    assert 0.25 <= frequency("toy", 1000, n=10, m=8).frequency <= 0.55
-    assert frequency("toy", 1000, n=20, m=8).frequency == pytest.approx(0.835, abs=0.05)
+    low, middle = frequency("toy", 1000, n=10, m=8).frequency, frequency("toy", 1000, n=20, m=8).frequency
+    assert 0.25 <= low <= 0.55 and low + 0.2 <= middle <= 0.9
     for n in [50, 200, 1000]:
         result = frequency("toy", 1000, seed=n, n=n, m=8)
         assert result.frequency >= 0.98

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -118,11 +119,11 @@ def run(
     _print_result(result, db.path)
 
 
-def _parse_lengths(text: str) -> list[int]:
+def _parse_lengths(text: str, flag: str = "--eval-lengths") -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ConfigError(f"--eval-lengths expects comma-separated integers, got '{text}'") from None
+        raise ConfigError(f"{flag} expects comma-separated integers, got '{text}'") from None
 
 
 def _print_result(result, path: Path) -> None:
@@ -182,23 +183,23 @@ def softmax_vs_linear(
     config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs [default: configs/deng2023]"),
     lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
     steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
-    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or auto"),
+    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
 ) -> None:
-    """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): run one figure's sweep."""
+    """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): one figure's sweep."""
     from sepbench.store import Store
     from sepbench.theory.softmax_vs_linear import figures
 
-    device = _resolve_device(device)
     with bad_input_exits():
+        where = _device(device)
         if figure == "learned":
-            _softmax_vs_linear_learned(out_dir, lengths, steps, seed, device)
+            _softmax_vs_linear_learned(out_dir, lengths, steps, seed, where)
             return
         config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
-        err.print(f"{config.figure}: {config.title} ({figures.RECONSTRUCTED})", markup=False, highlight=False)
-        frame = figures.run_figure(config, trials, seed, device, on_point=lambda row: err.print(
-            f"  {row['parameter']}={row['value']:g}: E {row['successes']}/{row['trials']} ({row['seconds']:.2f}s)",
-            markup=False, highlight=False))
+    err.print(f"{config.figure}: {config.title} ({figures.RECONSTRUCTED})", markup=False, highlight=False)
+    frame = figures.run_figure(config, trials, seed, where, on_point=lambda row: err.print(
+        f"  {row['parameter']}={row['value']:g}: E {row['successes']}/{row['trials']} ({row['seconds']:.2f}s)",
+        markup=False, highlight=False))
     csv, png = figures.write_outputs(frame, config, out_dir)
     db = Store(store)
     db.put_softmax_vs_linear(figures.store_rows(frame))
@@ -211,34 +212,33 @@ def softmax_vs_linear(
     out.print(f"wrote {csv} and {png}; {len(frame)} points stored in {db.path}")
 
 
-def _resolve_device(device: str) -> str:
-    if device == "auto":
-        import torch
+def _device(name: str) -> str:
+    from sepbench.train.environment import resolve_device
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    try:
+        return str(resolve_device(name))
+    except (ValueError, RuntimeError) as problem:
+        raise ConfigError(f"--device: {problem}".splitlines()[0]) from None
 
 
 def _softmax_vs_linear_learned(out_dir: Path, lengths: str | None, steps: int | None, seed: int | None,
                                device: str) -> None:
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig, run_learned
 
-    fields: dict[str, object] = {}
-    if lengths:
-        fields["lengths"] = _parse_lengths(lengths)
-    if steps is not None:
-        fields["steps"] = steps
-    if seed is not None:
-        fields["seed"] = seed
-    config = LearnedConfig(**fields)
-    if any(n < 3 for n in config.lengths):
-        raise ConfigError(f"--lengths must all be at least 3, got {config.lengths}")
+    fields: dict[str, object] = {"lengths": _parse_lengths(lengths, "--lengths") if lengths else None,
+                                 "steps": steps, "seed": seed}
+    try:
+        config = LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        raise ConfigError(f"learned {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    err.print(f"learned classifiers on R2 data ({config.describe()})", markup=False, highlight=False)
     frame = run_learned(config, device, on_result=lambda row: err.print(
         f"  n={row['n']} {row['kind']}: test accuracy {row['test_accuracy']:.3f} ({row['seconds']:.1f}s)",
         markup=False, highlight=False))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "learned.csv"
-    path.write_text(f"# learned one-layer classifiers on reconstructed R2 data (seed002); settings ours\n"
+    path.write_text("# learned one-layer classifiers on reconstructed R2 data (seed002); settings ours\n"
                     + frame.to_csv(index=False))
     wide = frame.pivot(index="n", columns="kind", values="test_accuracy")
     table = Table("n", "softmax test acc", "linear test acc", title="learned D0-vs-D1 classifiers (R2 data, reconstructed)")

@@ -18,8 +18,6 @@ from sepbench.theory.softmax_vs_linear.datasets import CrossData, SelfData, ToyD
 from sepbench.theory.softmax_vs_linear.experiment import PointResult, Setting, run_point
 from sepbench.theory.softmax_vs_linear.networks import hoeffding_bound, rademacher, readout
 
-RECONSTRUCTED_NOTE = "definitions reconstructed (seed002), ranges ours"
-
-__all__ = ["RECONSTRUCTED_NOTE", "CrossData", "PointResult", "SelfData", "Setting", "TokenSet", "ToyData",
+__all__ = ["CrossData", "PointResult", "SelfData", "Setting", "TokenSet", "ToyData",
            "attention", "attention_matrix", "cross_attention", "expand_tokens", "hoeffding_bound", "rademacher",
            "readout", "run_point", "self_attention", "tensor_trick_attention_matrix", "tensor_trick_logits"]

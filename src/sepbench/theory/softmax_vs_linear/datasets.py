@@ -30,6 +30,9 @@ class TokenSet:
     def length(self) -> int:
         return int(self.counts.sum()) if self.counts is not None else self.columns.shape[-1]
 
+    def to(self, device: str | torch.device) -> "TokenSet":
+        return TokenSet(self.columns.to(device), None if self.counts is None else self.counts.to(device))
+
 
 class ToyData(DataParams):
     """R1, softmax regression (Deng et al. Def. 3.8): D0 has every x_i in [c_lo, c_hi]; D1 also has x_j = C ln n."""

@@ -20,9 +20,11 @@ from sepbench.config import ConfigError
 from sepbench.theory.softmax_vs_linear.experiment import PointResult, Setting, run_point
 
 CONFIG_DIR = Path(__file__).resolve().parents[4] / "configs" / "deng2023"
-RECONSTRUCTED = "Definitions reconstructed (seed002: the paper's formulas were lost); ranges and fixed values are ours"
+RECONSTRUCTED = ("reconstructed definitions, ranges chosen by us (the paper's formulas and sweep ranges were lost; "
+                 "see docs/softmax_vs_linear.md)")
 COLUMNS = ["figure", "parameter", "value", "model", "successes", "trials", "seed", "exp_d0_zero", "exp_d1_positive",
            "lin_d0_zero", "lin_d1_zero", "seconds", "setting"]
+FLOAT_FIELDS = {"tau", "C", "c_lo", "c_hi", "spike", "anchored"}
 
 
 class FigureConfig(BaseModel):
@@ -62,9 +64,6 @@ class FigureConfig(BaseModel):
         if self.m_per_log_n is not None:
             params["m"] = max(1, math.ceil(self.m_per_log_n * math.log(params["n"])))
         return Setting.from_flat(self.model, params)
-
-
-FLOAT_FIELDS = {"tau", "C", "c_lo", "c_hi", "spike", "anchored"}
 
 
 def figure_ids(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -125,15 +124,13 @@ def store_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{**row, "point_key": point_key(row), "created_at": now} for row in rows]
 
 
-def plot_figure(frame: pd.DataFrame, config: FigureConfig, path: Path) -> Path:
-    """'# of E out of 100' against the swept parameter, labelled as a reconstruction."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_figure(frame: pd.DataFrame, config: FigureConfig) -> "matplotlib.figure.Figure":
+    """'# of E out of 100' against the swept parameter, with the reconstruction caveat in the figure."""
+    from matplotlib.figure import Figure
 
     scale = 100.0 / frame["trials"]
-    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    fig = Figure(figsize=(6.0, 4.2))
+    ax = fig.subplots()
     ax.plot(frame["value"], frame["successes"] * scale, "o-", color="C0", label="E (softmax separates, linear is 0)")
     ax.plot(frame["value"], frame["exp_d1_positive"] * scale, ":", color="C1", label="F_exp(D1) > 0")
     ax.plot(frame["value"], frame["lin_d1_zero"] * scale, "--", color="C2", label="F_lin(D1) = 0")
@@ -145,13 +142,12 @@ def plot_figure(frame: pd.DataFrame, config: FigureConfig, path: Path) -> Path:
     if config.m_per_log_n is not None:
         fixed += f", m=ceil({config.m_per_log_n} ln n)"
     ax.set_title(f"{config.figure}: {config.title}\n{fixed}", fontsize=9)
-    fig.text(0.5, 0.005, "RECONSTRUCTION: " + RECONSTRUCTED, ha="center", va="bottom", fontsize=6.5, color="firebrick")
+    fig.text(0.5, 0.01, "Deng et al. layout; " + RECONSTRUCTED, ha="center", va="bottom", fontsize=7,
+             color="firebrick", wrap=True)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
-    fig.tight_layout(rect=(0, 0.035, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
 
 
 def write_outputs(frame: pd.DataFrame, config: FigureConfig, out_dir: Path) -> tuple[Path, Path]:
@@ -160,4 +156,6 @@ def write_outputs(frame: pd.DataFrame, config: FigureConfig, out_dir: Path) -> t
     out_dir.mkdir(parents=True, exist_ok=True)
     csv = out_dir / f"{config.figure}.csv"
     csv.write_text(f"# {RECONSTRUCTED}\n" + frame.to_csv(index=False))
-    return csv, plot_figure(frame, config, out_dir / f"{config.figure}.png")
+    png = out_dir / f"{config.figure}.png"
+    draw_figure(frame, config).savefig(png, dpi=120)
+    return csv, png

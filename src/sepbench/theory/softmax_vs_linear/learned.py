@@ -9,7 +9,7 @@ The softmax and linear classifiers differ only in exp versus identity.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Annotated, Callable, Literal
 
 import pandas as pd
 import torch
@@ -25,17 +25,21 @@ class LearnedConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lengths: list[int] = Field(default_factory=lambda: [8, 32, 128, 256])
+    lengths: list[Annotated[int, Field(ge=3)]] = Field(default_factory=lambda: [8, 32, 128, 256], min_length=1)
     d: int = Field(32, ge=2)
     k: int = Field(4, ge=1)
     C: float = Field(4.0, gt=0)
-    variant: str = "D"
+    variant: Literal["D", "E"] = "D"
     units: int = Field(16, ge=1)
     steps: int = Field(300, ge=1)
     batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-2, gt=0)
     test_samples: int = Field(2000, ge=2)
     seed: int = 0
+
+    def describe(self) -> str:
+        return (f"d={self.d}, k={self.k}, C={self.C}, variant {self.variant}, {self.units} units, {self.steps} steps "
+                f"of {self.batch_size}, {self.test_samples} test samples, seed {self.seed}")
 
     def data(self, n: int) -> SelfData:
         return SelfData(n=n, d=self.d, k=self.k, C=self.C, variant=self.variant)
