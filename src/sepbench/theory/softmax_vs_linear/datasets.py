@@ -26,10 +26,6 @@ class TokenSet:
     columns: Tensor
     counts: Tensor | None = None
 
-    @property
-    def length(self) -> int:
-        return int(self.counts.sum()) if self.counts is not None else self.columns.shape[-1]
-
     def to(self, device: str | torch.device) -> "TokenSet":
         return TokenSet(self.columns.to(device), None if self.counts is None else self.counts.to(device))
 
