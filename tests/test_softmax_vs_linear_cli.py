@@ -88,3 +88,12 @@ def test_learned_softmax_and_linear_classifiers_train_on_fresh_samples():
     assert set(accuracy) == {"exp", "lin"}
     assert accuracy["lin"] >= 0.9
     assert run_learned(config)["test_accuracy"].tolist() == frame["test_accuracy"].tolist()
+
+
+def test_learned_command_writes_its_table_and_csv(tmp_path):
+    result = runner.invoke(app, ["softmax-vs-linear", "learned", "--lengths", "4,6", "--steps", "3", "--device", "cpu",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(tmp_path / "learned.csv", comment="#")
+    assert sorted(zip(frame["n"], frame["kind"])) == [(4, "exp"), (4, "lin"), (6, "exp"), (6, "lin")]
+    assert "softmax test acc" in result.stdout and "linear test acc" in result.stdout

@@ -5,7 +5,7 @@ import sys
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from pydantic import ValidationError
@@ -18,6 +18,9 @@ from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
 from sepbench.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -226,9 +229,12 @@ def softmax_vs_linear(
     with bad_input_exits():
         where = _device(device)
         if figure == "learned":
-            _softmax_vs_linear_learned(out_dir, lengths, steps, seed, where)
-            return
-        config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
+            learned = _learned_config(lengths, steps, seed)
+        else:
+            config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
+    if figure == "learned":
+        _run_learned(learned, out_dir, where)
+        return
     err.print(f"{config.figure}: {config.title} ({figures.RECONSTRUCTED})", markup=False, highlight=False)
     frame = figures.run_figure(config, trials, seed, where, on_point=lambda row: err.print(
         f"  {row['parameter']}={row['value']:g}: E {row['successes']}/{row['trials']} ({row['seconds']:.2f}s)",
@@ -254,24 +260,27 @@ def _device(name: str) -> str:
         raise ConfigError(f"--device: {problem}".splitlines()[0]) from None
 
 
-def _softmax_vs_linear_learned(out_dir: Path, lengths: str | None, steps: int | None, seed: int | None,
-                               device: str) -> None:
-    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig, run_learned
+def _learned_config(lengths: str | None, steps: int | None, seed: int | None) -> LearnedConfig:
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
-    fields: dict[str, object] = {"lengths": _parse_lengths(lengths, "--lengths") if lengths else None,
-                                 "steps": steps, "seed": seed}
+    fields = {"lengths": _parse_lengths(lengths, "--lengths") if lengths else None, "steps": steps, "seed": seed}
     try:
-        config = LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
+        return LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as problem:
         first = problem.errors()[0]
         raise ConfigError(f"learned {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
+    from sepbench.theory.softmax_vs_linear.learned import run_learned
+
     err.print(f"learned classifiers on R2 data ({config.describe()})", markup=False, highlight=False)
     frame = run_learned(config, device, on_result=lambda row: err.print(
         f"  n={row['n']} {row['kind']}: test accuracy {row['test_accuracy']:.3f} ({row['seconds']:.1f}s)",
         markup=False, highlight=False))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "learned.csv"
-    path.write_text("# learned one-layer classifiers on reconstructed R2 data (seed002); settings ours\n"
+    path.write_text("# learned one-layer classifiers on reconstructed R2 data (docs/softmax_vs_linear.md); settings ours\n"
                     + frame.to_csv(index=False))
     wide = frame.pivot(index="n", columns="kind", values="test_accuracy")
     table = Table("n", "softmax test acc", "linear test acc", title="learned D0-vs-D1 classifiers (R2 data, reconstructed)")
