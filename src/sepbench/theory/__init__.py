@@ -1,1 +1,1 @@
-"""The theory of the separations paper: hand-set constructions and lower-bound calculators."""
+"""Theory companions to the papers: constructions, bounds and random-network experiments (see the submodules)."""
