@@ -100,12 +100,15 @@ class LongestIncreasingSubsequence(CotTask):
         return " ".join(names.get(t, str(t - NUMBER0)) for t in map(int, tokens))
 
 
-def longest_ending_at(values: np.ndarray) -> np.ndarray:
-    """dp[:, i] = longest strictly increasing subsequence ending at i, by patience sorting on all rows at once.
+def longest_ending_at(values: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """dp[:, i] = longest strictly increasing subsequence ending at i, by patience sorting on many rows at once.
 
     Row r's tails are offset by r * span so that the flattened tail table is sorted and one
-    ``searchsorted`` finds, for every row, how many of its tails are below x_i.
+    ``searchsorted`` finds, for every row, how many of its tails are below x_i. Rows go in chunks
+    whose tail table stays in cache.
     """
+    if len(values) > chunk:
+        return np.concatenate([longest_ending_at(values[i : i + chunk], chunk) for i in range(0, len(values), chunk)])
     n, length = values.shape
     span = int(values.max(initial=0)) + 2
     offset = np.arange(n, dtype=np.int64)[:, None] * span
