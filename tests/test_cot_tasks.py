@@ -75,6 +75,29 @@ def test_ed_local_restates_the_characters_and_keeps_the_answer():
         assert plain.solve(tokens[:cut])[-2:] == tokens[-2:]
 
 
+def test_ed_local_cells_follow_from_tokens_at_most_two_rows_back():
+    """Our locality claim: each interior cell is the DP update of the cell 2 tokens back, the row's own
+    restated characters and the cells one row (2m + 2 tokens) back, never of the prompt."""
+    task = build_task("ed_local", 8)
+    number0, letter0 = 31, 5
+    rows, prompts = task.generate_rows(100, np.random.default_rng(5))
+    for row, prompt in zip(rows, prompts):
+        tokens = unpadded(row)
+        m = prompt - tokens.index(3) - 2  # len(b): the prompt is a | b <sep>
+        width = 2 * m + 2  # a_i, (b_j, dp) * m, ','
+        cot = tokens[prompt:]
+        rows_written = cot[: cot.index(1)]
+        assert len(rows_written) % width == 0
+        for start in range(width, len(rows_written), width):  # rows i >= 2
+            for j in range(2, m + 1):  # columns j >= 2
+                cell = start + 2 * j
+                a_i, b_j = rows_written[start], rows_written[cell - 1]
+                left, up, diagonal = (rows_written[k] - number0 for k in (cell - 2, cell - width, cell - width - 2))
+                assert letter0 <= a_i < number0 and letter0 <= b_j < number0
+                expected = min(left + 2, up + 2, diagonal + (0 if a_i == b_j else 3))
+                assert rows_written[cell] - number0 == expected
+
+
 def test_lis_reference_example():
     task = build_task("lis", 10, {"number_range": 50})
     assert task.vocab_size == 53 and task.encode("<pad> <sep> <eos> 0 49") == [0, 1, 2, 3, 52]
