@@ -83,3 +83,17 @@ def test_cot_runs_are_deterministic_and_fixed_data_is_disjoint():
     train_rows = {tuple(r[r != 0].tolist()) for r in trainer.fixed.inputs}
     test_rows = {tuple(r[r != 0].tolist()) for r in trainer.eval_sets[6].inputs}
     assert len(train_rows) == 500 and not train_rows & test_rows
+
+
+def test_transformer_learns_small_arithmetic_by_greedy_decoding():
+    """The reference format with brackets and modular steps, at a CPU budget: n = 2 operators mod 5 (chance: 20%)."""
+    cfg = RunConfig.build({
+        "task": {"name": "arithmetic", "length": 2, "options": {"modulus": 5}},
+        "model": {"name": "transformer", "layers": 3, "width": 64},
+        "train": {"steps": 1200, "eval_every": 400, "eval_samples": 300, "batch_size": 64, "lr": 1e-3,
+                  "warmup_steps": 50, "threshold": 0.9},
+        "device": "cpu",
+    })
+    result = train(cfg)
+    assert result.metrics["accuracy"] >= 0.7, result.curve
+    assert result.curve[0].accuracy < 0.5
