@@ -102,6 +102,67 @@ def list_models(
               "(2 per multiply-add); Table-2 FLOPs: Yang et al.'s convention, (L+2)(24 layers d^2 + 1.4e4)")
 
 
+@app.command("flops")
+def flops(
+    model: str = typer.Option(..., help="model name (see `sepbench models`)"),
+    width: int = typer.Option(..., min=1, help="hidden size d"),
+    layers: int = typer.Option(3, min=1, help="number of blocks"),
+    length: int = typer.Option(..., min=1, help="CoT length L; the sequence holds L + 2 tokens (Table 2's convention)"),
+    heads: int = typer.Option(4, min=1, help="attention heads"),
+    vocab: int = typer.Option(21, min=1, help="vocabulary size (21: Arithmetic)"),
+) -> None:
+    """Forward FLOPs of one CoT sequence: Yang et al.'s Table 2 convention and the true count."""
+    from sepbench.models.flops_table import sequence_flops
+
+    with bad_input_exits():
+        cost = _model_call(model, lambda: sequence_flops(model, width, layers, length, heads=heads, vocab_size=vocab))
+    out.print(f"{model}, width {width}, {layers} layers, CoT length {length} ({cost.tokens} tokens)")
+    out.print(f"paper convention (Table 2): {cost.paper / 1e9:.4f} GFLOPs")
+    out.print(f"true count:                 {cost.true / 1e9:.4f} GFLOPs")
+
+
+@app.command("table2")
+def table2(
+    dims: list[str] = typer.Option([], "--dims", help="MODEL=d1,d2,...: smallest solving width per length "
+                                   "[default: the widths Table 2 implies for the three Transformers]"),
+    lengths: str = typer.Option("87,221,355,505", help="CoT lengths, comma-separated"),
+    layers: int = typer.Option(3, min=1, help="number of blocks"),
+) -> None:
+    """Yang et al. 2024 Table 2: minimum GFLOPs to reach 90%, from the smallest solving widths."""
+    from sepbench.models.flops_table import PAPER_MIN_WIDTHS, table2 as build_table
+
+    with bad_input_exits():
+        columns = tuple(_parse_lengths(lengths))
+        widths = dict(_parse_dims(item) for item in dims) if dims else dict(PAPER_MIN_WIDTHS)
+        rows = _model_call("--dims", lambda: build_table(widths, columns, layers))
+    for convention in ("paper", "true"):
+        title = "GFLOPs, Table 2 convention" if convention == "paper" else "GFLOPs, true count (attention included)"
+        table = Table("model", *(f"L={n}" for n in columns), title=title)
+        for model, cells in rows.items():
+            table.add_row(model, *(f"{getattr(c, convention) / 1e9:.3f}" for c in cells))
+        out.print(table)
+
+
+def _parse_dims(item: str) -> tuple[str, tuple[int, ...]]:
+    model, sep, values = item.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return model.strip(), tuple(int(v) for v in values.split(","))
+    except ValueError:
+        raise ConfigError(f"--dims expects MODEL=d1,d2,... (e.g. transformer=64,128,128,128), got '{item}'") from None
+
+
+def _model_call(what: str, call):
+    """Run ``call``; a bad model size becomes a ConfigError naming ``what``."""
+    try:
+        return call()
+    except ValidationError as problem:
+        raise ConfigError(f"{what}: {describe_validation_error(problem)}") from None
+    except ValueError as problem:
+        raise ConfigError(f"{what}: {problem}") from None
+
+
 def build_run_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> RunConfig:
     """Defaults < config file < explicit flags < --set assignments."""
     data = load_yaml(config_file) if config_file else {}

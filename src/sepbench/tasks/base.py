@@ -47,6 +47,10 @@ class Task(ABC):
     """
 
     Options: ClassVar[type[BaseModel]] = NoOptions
+    evaluation: ClassVar[str] = "teacher_forced"
+    """How the trainer scores the task: 'teacher_forced' (one forward pass) or 'generate' (greedy decoding)."""
+    deduplicated_split: ClassVar[bool] = False
+    """Whether ``sample_split`` builds the fixed data set (distinct training rows, test disjoint from them)."""
 
     def __init__(self, length: int, options: dict[str, Any] | None = None) -> None:
         self.length = length
@@ -73,6 +77,10 @@ class Task(ABC):
     @abstractmethod
     def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
         """An evaluation batch at size exactly ``length`` (default N)."""
+
+    def sample_split(self, n_train: int, n_test: int, rng: np.random.Generator) -> tuple[Batch, Batch]:
+        """A fixed training set and a test set; tasks with ``deduplicated_split`` make them distinct and disjoint."""
+        return self.sample_train(n_train, rng), self.sample_eval(n_test, rng)
 
     @abstractmethod
     def reference_answer(self, inputs: Sequence[int]) -> list[int]:

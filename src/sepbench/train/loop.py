@@ -14,6 +14,7 @@ from sepbench.config import RunConfig, TrainConfig
 from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, measure_state_size
 from sepbench.tasks import Batch, Task, build_task
+from sepbench.train.decode import evaluate_by_generation
 from sepbench.train.environment import data_rng, git_commit, package_version, resolve_device, seed_everything
 from sepbench.train.result import EvalPoint, RunResult
 
@@ -74,24 +75,35 @@ class Trainer:
         self.train_rng = data_rng(config.seed, TRAIN_STREAM)
         eval_rng = data_rng(config.seed, EVAL_STREAM)
         self.eval_sets = {n: self.task.sample_eval(config.train.eval_samples, eval_rng, n) for n in self.lengths}
-        self.fixed = self.task.sample_train(config.train.train_size, self.train_rng) if config.train.data == "fixed" else None
+        self.fixed = None
+        if config.train.data == "fixed" and self.task.deduplicated_split:
+            self.fixed, self.eval_sets[config.task.length] = self.task.sample_split(
+                config.train.train_size, config.train.eval_samples, self.train_rng)
+        elif config.train.data == "fixed":
+            self.fixed = self.task.sample_train(config.train.train_size, self.train_rng)
 
     def next_batch(self) -> Batch:
         size = self.config.train.batch_size
         if self.fixed is None:
             return self.task.sample_train(size, self.train_rng)
         rows = torch.from_numpy(self.train_rng.integers(0, len(self.fixed), size=size))
-        return Batch(self.fixed.inputs[rows], self.fixed.targets[rows], self.fixed.mask[rows])
+        mask = self.fixed.mask[rows]
+        used = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else mask.shape[1]
+        return Batch(self.fixed.inputs[rows, :used], self.fixed.targets[rows, :used], mask[:, :used])
 
     def evaluate(self) -> dict[str, float]:
         chunk = self.config.train.eval_batch_size
         metrics: dict[str, float] = {}
         for n, batch in self.eval_sets.items():
-            loss, acc = evaluate(self.model, self.task, batch, chunk, self.device)
-            if n == self.config.task.length:
-                metrics["loss"], metrics["accuracy"] = loss, acc
+            if self.task.evaluation == "generate":
+                found = evaluate_by_generation(self.model, self.task, batch, chunk, self.device)
             else:
-                metrics[f"accuracy@{n}"] = acc
+                loss, acc = evaluate(self.model, self.task, batch, chunk, self.device)
+                found = {"loss": loss, "accuracy": acc}
+            if n == self.config.task.length:
+                metrics.update(found)
+            else:
+                metrics.update({f"{name}@{n}": value for name, value in found.items() if name != "loss"})
         return metrics
 
     def run(self, progress: bool | None = None) -> RunResult:

@@ -1,0 +1,236 @@
+"""The CoT tasks reproduce the reference formats (specs/cot_benchmark.md) and the paper's CoT lengths."""
+import numpy as np
+import pytest
+
+from sepbench.tasks import build_task
+from sepbench.tasks.cot.base import EOS, PAD
+
+COT_TASKS = ["arithmetic", "edit_distance", "ed_local", "lis"]
+SMALL = {"arithmetic": 4, "edit_distance": 6, "ed_local": 6, "lis": 12}
+
+
+def unpadded(row) -> list[int]:
+    return [int(t) for t in row if t != PAD]
+
+
+# --- the reference formats, token for token ---------------------------------------------------------
+
+def test_arithmetic_vocabulary_and_reference_examples():
+    task = build_task("arithmetic", 6)
+    assert task.vocab_size == 21
+    assert task.encode("<pad> <cls> <eos> + - * / ( ) = 0 10") == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20]
+    for line in ["7 + 7 - 5 / 7 = 7 + 7 - 7 = 3 - 7 = 7",
+                 "7 - 7 - ( 2 + 5 + 5 * 4 ) / 8 = 7 - 7 - ( 2 + 5 + 9 ) / 8 = 0 - ( 2 + 5 + 9 ) / 8 = "
+                 "0 - ( 7 + 9 ) / 8 = 0 - 5 / 8 = 0 - 2 = 9"]:
+        tokens = task.encode(line + " <eos>")
+        assert task.check_sequence(tokens)
+        assert task.answer_of(tokens) == task.encode(line.split()[-1])[0]
+    # the reference's order is random, so both orders of the same expression are valid CoTs
+    assert task.check_sequence(task.encode("10 + 6 + 9 = 10 + 4 = 3 <eos>"))
+    assert task.check_sequence(task.encode("10 + 6 + 9 = 5 + 9 = 3 <eos>"))
+    direct = build_task("arithmetic", 3, {"mode": "direct"})
+    assert direct.check_sequence(direct.encode("7 + 7 - 5 / 7 = 7 <eos>"))
+    assert not direct.check_sequence(direct.encode("7 + 7 - 5 / 7 = 8 <eos>"))
+
+
+def test_arithmetic_rejects_wrong_steps():
+    task = build_task("arithmetic", 3)
+    for line in ["7 + 7 - 5 / 7 = 7 + 7 - 7 = 3 - 7 = 8 <eos>",  # wrong answer
+                 "7 + 7 - 5 / 7 = 3 - 7 = 7 <eos>",  # two operators in one step
+                 "7 + 7 - 5 / 7 = 7 + 7 - 7 = 3 - 7 = 7",  # no <eos>
+                 "7 + 7 - 5 / 7 = 7 + 7 - 8 = 3 - 8 = 6 <eos>",  # a wrong intermediate value
+                 "7 + 7 - 5 / 7 = 7 <eos>"]:  # no CoT at all
+        assert not task.check_sequence(task.encode(line)), line
+
+
+def test_edit_distance_reference_example_and_boundary_quirk():
+    task = build_task("edit_distance", 6)
+    assert task.vocab_size == 91 and task.encode("<pad> <sep> <eos> | , a z 0 59") == [0, 1, 2, 3, 4, 5, 30, 31, 90]
+    line = ("i p u u | i k k d d u <sep> 0 2 4 6 7 8 , 2 3 5 7 9 10 , 4 5 6 8 10 9 , 6 7 8 9 11 10 , "
+            "<sep> 10 <eos>")
+    tokens = task.encode(line)
+    prompt = tokens[: task.prompt_length(tokens)]
+    assert task.render(prompt + task.solve(prompt)) == line
+    assert task.check_sequence(tokens)
+    # row 0 and column 0 are i+j in the reference, 2i and 2j in the textbook (2, 2, 3) distance
+    quirk = task.encode("e | e x o w o x c c <sep>")
+    assert task.solve(quirk)[-3:] == task.encode("<sep> 10 <eos>")
+    textbook = build_task("edit_distance", 6, {"boundary": "textbook"})
+    assert textbook.solve(quirk)[-2:] == textbook.encode("14 <eos>")
+    direct = build_task("edit_distance", 6, {"mode": "direct"})
+    assert direct.check_sequence(direct.encode("i p u u | i k k d d u <sep> 10 <eos>"))
+
+
+def test_ed_local_restates_the_characters_and_keeps_the_answer():
+    plain, local = build_task("edit_distance", 6), build_task("ed_local", 6)
+    prompt = plain.encode("a b | b a c <sep>")
+    assert local.render(local.solve(prompt)) == "a b 3 a 1 c 3 , b b 1 a 3 c 4 , <sep> 4 <eos>"
+    assert plain.render(plain.solve(prompt)) == "3 1 3 , 1 3 4 , <sep> 4 <eos>"
+    only_rows = build_task("ed_local", 6, {"column_chars": False})
+    assert only_rows.render(only_rows.solve(prompt)) == "a 3 1 3 , b 1 3 4 , <sep> 4 <eos>"
+    rows, _ = local.generate_rows(300, np.random.default_rng(0))
+    for row in rows:
+        tokens = unpadded(row)
+        cut = local.prompt_length(tokens)
+        assert plain.solve(tokens[:cut])[-2:] == tokens[-2:]
+
+
+def test_ed_local_cells_follow_from_tokens_at_most_two_rows_back():
+    """Our locality claim: each interior cell is the DP update of the cell 2 tokens back, the row's own
+    restated characters and the cells one row (2m + 2 tokens) back, never of the prompt."""
+    task = build_task("ed_local", 8)
+    number0, letter0 = 31, 5
+    rows, prompts = task.generate_rows(100, np.random.default_rng(5))
+    for row, prompt in zip(rows, prompts):
+        tokens = unpadded(row)
+        m = prompt - tokens.index(3) - 2  # len(b): the prompt is a | b <sep>
+        width = 2 * m + 2  # a_i, (b_j, dp) * m, ','
+        cot = tokens[prompt:]
+        rows_written = cot[: cot.index(1)]
+        assert len(rows_written) % width == 0
+        for start in range(width, len(rows_written), width):  # rows i >= 2
+            for j in range(2, m + 1):  # columns j >= 2
+                cell = start + 2 * j
+                a_i, b_j = rows_written[start], rows_written[cell - 1]
+                left, up, diagonal = (rows_written[k] - number0 for k in (cell - 2, cell - width, cell - width - 2))
+                assert letter0 <= a_i < number0 and letter0 <= b_j < number0
+                expected = min(left + 2, up + 2, diagonal + (0 if a_i == b_j else 3))
+                assert rows_written[cell] - number0 == expected
+
+
+def test_lis_reference_example():
+    task = build_task("lis", 10, {"number_range": 50})
+    assert task.vocab_size == 53 and task.encode("<pad> <sep> <eos> 0 49") == [0, 1, 2, 3, 52]
+    line = "43 26 34 45 49 23 29 42 26 45 <sep> 1 1 2 3 4 1 2 3 2 4 <sep> 4 <eos>"
+    tokens = task.encode(line)
+    assert task.check_sequence(tokens)
+    assert task.render(tokens[:11] + task.solve(tokens[:11])) == line
+    assert not task.check_sequence(task.encode(line.replace("<sep> 4 <eos>", "<sep> 5 <eos>")))
+
+
+def test_lis_values_lie_apart_from_the_dp_values():
+    task = build_task("lis", 40)
+    rows, prompts = task.generate_rows(500, np.random.default_rng(0))
+    values = rows[:, :40] - 3
+    assert (prompts == 41).all() and values.min() >= 41 and values.max() < task.range
+    with pytest.raises(ValueError, match="at least 2L\\+1"):
+        build_task("lis", 175, {"number_range": 250})
+
+
+# --- lengths of the paper's sizes (Yang et al. 2024, sec. 6.1) ---------------------------------------
+
+@pytest.mark.parametrize("name,sizes,lengths", [
+    ("arithmetic", [6, 10, 13, 16], [85, 221, 355, 505]),
+    ("edit_distance", [6, 12, 16, 20], [72, 210, 342, 506]),
+    ("lis", [40, 110, 175, 250], [83, 223, 353, 503]),
+])
+def test_paper_sizes_have_the_paper_cot_lengths(name, sizes, lengths):
+    assert [build_task(name, n).max_seq_len() for n in sizes] == lengths
+
+
+@pytest.mark.parametrize("name,size,samples", [("arithmetic", 6, 20000), ("edit_distance", 12, 2000),
+                                               ("lis", 40, 500)])
+def test_generated_samples_reach_the_paper_length_exactly(name, size, samples):
+    task = build_task(name, size)
+    rows, _ = task.generate_rows(samples, np.random.default_rng(0), train=True)
+    lengths = (rows != PAD).sum(axis=1) - 1  # without <eos>, as the reference prints it
+    assert lengths.max() == task.max_seq_len()
+
+
+def test_arithmetic_cap_rejects_longer_samples():
+    task = build_task("arithmetic", 6, {"max_cot": 60})
+    rows, _ = task.generate_rows(2000, np.random.default_rng(0))
+    lengths = (rows != PAD).sum(axis=1) - 1
+    assert lengths.max() <= 60 and task.max_seq_len() == 60
+    assert all(task.check_sequence(unpadded(r)) for r in rows[:200])
+
+
+def test_under_mixes_in_fewer_operators_for_training_only():
+    task = build_task("arithmetic", 4)
+    rng = np.random.default_rng(0)
+    operators = lambda rows, prompts: np.isin(rows, [3, 4, 5, 6]).cumsum(1)[np.arange(len(rows)), prompts - 1]  # noqa: E731
+    train = operators(*task.generate_rows(4000, rng, train=True))
+    test = operators(*task.generate_rows(1000, rng))
+    assert (test == 4).all()
+    share = np.bincount(train, minlength=5)[1:] / len(train)
+    np.testing.assert_allclose(share, [0.1, 0.2, 0.3, 0.4], atol=0.03)
+
+
+# --- checkers, oracles, batches ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["cot", "direct"])
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_every_sample_passes_its_checker_and_matches_the_oracle(name, mode):
+    task = build_task(name, SMALL[name], {"mode": mode})
+    batch = task.sample_train(300, np.random.default_rng(1))
+    for i in range(len(batch)):
+        assert task.check(batch.inputs[i], batch.targets[i], batch.mask[i])
+        scored = batch.targets[i][batch.mask[i]].tolist()
+        oracle = task.reference_answer(batch.inputs[i].tolist())
+        if name == "arithmetic" and mode == "cot":  # the reference's CoT order is random, the oracle's canonical
+            oracle, scored = oracle[-2:], scored[-2:]
+        assert oracle == scored and scored[-1] == EOS
+
+
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_checker_rejects_every_single_token_change_after_the_prompt(name):
+    task = build_task(name, SMALL[name])
+    rng = np.random.default_rng(2)
+    rows, prompts = task.generate_rows(20, rng)
+    for row, prompt in zip(rows, prompts):
+        tokens = unpadded(row)
+        for position in range(prompt, len(tokens)):
+            changed = list(tokens)
+            changed[position] = int((tokens[position] + rng.integers(1, task.vocab_size)) % task.vocab_size)
+            assert not task.check_sequence(changed), (task.render(tokens), position)
+
+
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_loss_mask_covers_cot_answer_and_eos_only(name):
+    task = build_task(name, SMALL[name])
+    rows, prompts = task.generate_rows(50, np.random.default_rng(3))
+    batch = task.to_batch(rows, prompts)
+    for i in range(len(rows)):
+        tokens = unpadded(rows[i])
+        assert batch.targets[i][batch.mask[i]].tolist() == tokens[prompts[i]:]
+    if name == "arithmetic":
+        assert (rows[np.arange(len(rows)), prompts - 1] == 9).all()  # the prompt ends with its first '='
+
+
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_same_seed_same_data(name):
+    task = build_task(name, SMALL[name])
+    a = task.sample_train(200, np.random.default_rng(7))
+    b = task.sample_train(200, np.random.default_rng(7))
+    c = task.sample_train(200, np.random.default_rng(8))
+    assert all(np.array_equal(x, y) for x, y in zip((a.inputs, a.targets, a.mask), (b.inputs, b.targets, b.mask)))
+    assert not np.array_equal(a.inputs[:, :20], c.inputs[:, :20])
+
+
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_materialised_split_is_distinct_and_disjoint(name):
+    task = build_task(name, 3 if name == "arithmetic" else SMALL[name])
+    train, test = task.sample_split(3000, 500, np.random.default_rng(4))
+    assert len(train) == 3000 and len(test) == 500
+
+    def rows_of(batch):
+        return {tuple(batch.inputs[i][batch.inputs[i] != PAD].tolist()) for i in range(len(batch))}
+
+    train_rows, test_rows = rows_of(train), rows_of(test)
+    assert len(train_rows) == 3000 and len(test_rows) == 500
+    assert not train_rows & test_rows
+
+
+def test_split_fails_clearly_when_too_few_distinct_samples_exist():
+    task = build_task("arithmetic", 1, {"modulus": 3})
+    with pytest.raises(ValueError, match="fewer than 500 distinct samples"):
+        task.sample_split(500, 10, np.random.default_rng(0))
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="prime"):
+        build_task("arithmetic", 4, {"modulus": 12})
+    with pytest.raises(ValueError, match="length >= 4"):
+        build_task("edit_distance", 3)
+    with pytest.raises(Exception, match="mode"):
+        build_task("lis", 10, {"mode": "chain"})

@@ -1,0 +1,99 @@
+"""Greedy generation with and without the step state, and training on CoT tasks end to end."""
+import numpy as np
+import pytest
+import torch
+
+from sepbench import RunConfig, train
+from sepbench.config import ModelConfig
+from sepbench.models import MODELS, build_model
+from sepbench.tasks import build_task
+from sepbench.train.decode import generation_metrics, greedy_generate, prompt_lengths_of
+from sepbench.train.loop import Trainer
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_cached_generation_equals_regenerating_the_prefix(name):
+    task = build_task("arithmetic", 3)
+    batch = task.sample_eval(6, np.random.default_rng(0))
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, layers=2, width=32, heads=4), task.vocab_size,
+                        task.max_seq_len()).double().eval()
+    lengths = prompt_lengths_of(batch)
+    prompts = batch.inputs[:, : int(lengths.max())]
+    cached = greedy_generate(model, prompts, lengths, task.eos_id, task.pad_id, cache=True)
+    full = greedy_generate(model, prompts, lengths, task.eos_id, task.pad_id, cache=False)
+    assert torch.equal(cached, full)
+    assert cached.shape[1] == task.max_seq_len() + 1
+    in_prompt = torch.arange(prompts.shape[1]) < lengths[:, None]
+    assert torch.equal(cached[:, : prompts.shape[1]][in_prompt], prompts[in_prompt])  # prompts kept as given
+
+
+def test_prompt_lengths_follow_the_loss_mask():
+    task = build_task("edit_distance", 6)
+    rows, prompts = task.generate_rows(40, np.random.default_rng(1))
+    assert torch.equal(prompt_lengths_of(task.to_batch(rows, prompts)), torch.from_numpy(prompts))
+
+
+def test_generation_metrics_score_gold_continuations_as_right():
+    """A model that has memorised one batch generates it exactly; scoring must then say so."""
+    task = build_task("lis", 5, {"number_range": 12})
+    batch = task.sample_eval(4, np.random.default_rng(2))
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="transformer", layers=2, width=64, heads=4), task.vocab_size,
+                        task.max_seq_len())
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = torch.nn.functional.cross_entropy(model(batch.inputs)[batch.mask], batch.targets[batch.mask])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    result = generation_metrics(model, task, batch)
+    assert result["answer"].all() and result["exact"].all()
+    for row in result["sequences"]:
+        tokens = [int(t) for t in row if t != task.pad_id]
+        assert task.check_sequence(tokens)
+    wrong = build_task("lis", 5, {"number_range": 12}).sample_eval(4, np.random.default_rng(3))
+    assert not generation_metrics(model, task, wrong)["exact"].all()
+
+
+def lis_config(**train) -> RunConfig:
+    return RunConfig.build({
+        "task": {"name": "lis", "length": 6, "options": {"number_range": 20}},
+        "model": {"name": "transformer", "layers": 2, "width": 64},
+        "train": {"steps": 1000, "eval_every": 100, "eval_samples": 300, "batch_size": 64, "lr": 1e-3,
+                  "warmup_steps": 50, "threshold": 0.95, **train},
+        "device": "cpu",
+    })
+
+
+def test_transformer_learns_lis_by_greedy_decoding():
+    result = train(lis_config())
+    assert result.status == "solved", result.curve
+    assert result.metrics["accuracy"] >= 0.95
+    assert 0.8 <= result.metrics["cot_exact"] <= result.metrics["accuracy"]
+    assert result.curve[0].accuracy < 0.5  # it learned: the first evaluation was far below
+
+
+def test_cot_runs_are_deterministic_and_fixed_data_is_disjoint():
+    cfg = lis_config(steps=40, eval_every=20, eval_samples=64, early_stop=False, data="fixed", train_size=500)
+    a, b = train(cfg), train(cfg)
+    assert a.metrics == b.metrics and set(a.metrics) == {"loss", "accuracy", "cot_exact"}
+    trainer = Trainer(cfg)
+    train_rows = {tuple(r[r != 0].tolist()) for r in trainer.fixed.inputs}
+    test_rows = {tuple(r[r != 0].tolist()) for r in trainer.eval_sets[6].inputs}
+    assert len(train_rows) == 500 and not train_rows & test_rows
+
+
+def test_transformer_learns_small_arithmetic_by_greedy_decoding():
+    """The reference format with brackets and modular steps, at a CPU budget: n = 2 operators mod 5 (chance: 20%)."""
+    cfg = RunConfig.build({
+        "task": {"name": "arithmetic", "length": 2, "options": {"modulus": 5}},
+        "model": {"name": "transformer", "layers": 3, "width": 64},
+        "train": {"steps": 1200, "eval_every": 400, "eval_samples": 300, "batch_size": 64, "lr": 1e-3,
+                  "warmup_steps": 50, "threshold": 0.9},
+        "device": "cpu",
+    })
+    result = train(cfg)
+    assert result.metrics["accuracy"] >= 0.7, result.curve
+    assert result.curve[0].accuracy < 0.5
