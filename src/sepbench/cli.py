@@ -271,6 +271,80 @@ def results(
         out.print(f"{len(frame)} runs in {Store(store).path}")
 
 
+@app.command("construct")
+def construct(
+    name: str = typer.Argument(..., help="index_lookup, equality, eq_one or nearest_neighbor"),
+    length: Optional[int] = typer.Option(None, help="task size N"),
+    lengths: Optional[str] = typer.Option(None, help="several task sizes, comma-separated"),
+    code_width: Optional[int] = typer.Option(None, help="width of the position codes [default: the smallest accepted]"),
+    samples: int = typer.Option(1000, help="random instances to score at each N (0: none)"),
+    verify_up_to: int = typer.Option(1000, help="score instances only at N up to this (longer: codes checked only)"),
+    find_min_width: bool = typer.Option(False, "--find-min-width", help="search the smallest code width per N"),
+    seed: int = typer.Option(0, help="seed for the codes and the instances"),
+) -> None:
+    """Build a hand-set Transformer from the separations paper and score it like a trained model."""
+    from sepbench.theory.constructions import CONSTRUCTIONS, construct as build, min_code_width
+
+    with bad_input_exits():
+        if name not in CONSTRUCTIONS:
+            raise ConfigError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
+        sizes = _parse_lengths(lengths, "--lengths") if lengths else [length] if length else []
+        if not sizes:
+            raise ConfigError("give --length N or --lengths N1,N2,...")
+        small = [n for n in sizes if n < 4 or (name != "index_lookup" and n % 2)]
+        if small:
+            raise ConfigError(f"lengths must be >= 4 (and even for {name}); got {small}")
+        if code_width is not None and code_width < 1:
+            raise ConfigError(f"--code-width must be >= 1, got {code_width}")
+    table = Table("N", "layers", "code width", "model width", "instances", "accuracy", "details",
+                  title=f"{name}: {CONSTRUCTIONS[name]}")
+    for n in sizes:
+        width = min_code_width(name, n, seed) if find_min_width else code_width
+        with bad_input_exits():
+            try:
+                built = build(name, n, width, seed)
+            except ValueError as problem:
+                raise ConfigError(str(problem)) from None
+        count = samples if n <= verify_up_to else 0
+        accuracy = f"{100 * built.accuracy(count, seed):.2f}%" if count else "-"
+        details = ", ".join(f"{k}={v:.3g}" for k, v in built.details.items())
+        table.add_row(str(n), str(built.model.config.layers), str(built.code_width), str(built.width),
+                      str(count), accuracy, details)
+    out.print(table)
+
+
+@app.command("bounds")
+def bounds(
+    task: str = typer.Option(..., help="index_lookup, dyck, eq_random, eq_one, equality, nearest_neighbor, mqar, associative_recall"),
+    length: Optional[int] = typer.Option(None, help="task size N"),
+    lengths: Optional[str] = typer.Option(None, help="several task sizes, comma-separated"),
+    precision: int = typer.Option(32, help="bits per number p"),
+    output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+) -> None:
+    """The paper's lower bounds on model size for a task at size N and precision p."""
+    from sepbench.theory.bounds import bound_table
+
+    with bad_input_exits():
+        sizes = _parse_lengths(lengths, "--lengths") if lengths else [length] if length else []
+        if not sizes:
+            raise ConfigError("give --length N or --lengths N1,N2,...")
+        try:
+            frame = bound_table(task, sizes, precision)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+    if output is OutputFormat.csv:
+        sys.stdout.write(frame.to_csv(index=False))
+    elif output is OutputFormat.json:
+        sys.stdout.write(frame.to_json(orient="records", indent=2) + "\n")
+    else:
+        table = Table("N", "theorem", "architecture", "bounded", "bound", "smallest allowed", "statement",
+                      title=f"lower bounds for {task} at p = {precision} bits")
+        for row in frame.itertuples(index=False):
+            table.add_row(str(row.length), row.theorem, row.architecture, row.quantity, f"{row.value:.4g}",
+                          str(row.minimum), row.statement)
+        out.print(table)
+
+
 @app.command("softmax-vs-linear")
 def softmax_vs_linear(
     figure: str = typer.Argument(..., help="a figure id (fig3a, fig3b, fig4a-f, fig5a-f, fig7a-e) or 'learned'"),

@@ -1,6 +1,6 @@
 """The task suite. Importing this package registers every task in ``TASKS``."""
 from sepbench.tasks.base import TASKS, Batch, Task
-from sepbench.tasks import lookup  # noqa: F401  (registers index_lookup)
+from sepbench.tasks import dyck, equality, lookup, recall  # noqa: F401  (register every task)
 from sepbench.tasks import cot  # noqa: F401  (registers arithmetic, edit_distance, ed_local, lis)
 
 __all__ = ["TASKS", "Batch", "Task", "build_task"]

@@ -1,0 +1,175 @@
+"""Associative recall tasks: multi-query AR (zoology-style MQAR) and nearest neighbour (Bhattamishra et al. 2024, sec. 5)."""
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from sepbench.tasks.base import TASKS, Batch, Task
+
+
+class MQAROptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key_vocab: int = Field(256, ge=2, le=1_000_000, description="distinct keys; must be >= N")
+    value_vocab: int = Field(256, ge=2, le=1_000_000, description="distinct values")
+
+
+@TASKS.register("mqar", "k1 v1 .. kN vN, then every key again in random order; recall each value (zoology MQAR)")
+class MQAR(Task):
+    """N key-value pairs with distinct keys, then the N keys permuted, each followed by its value.
+
+    The model predicts the value at every query key (2N scored tokens of 4N). This is the MQAR form of
+    Bhattamishra et al. 2024, L158/L729 (the second half is a permutation of the first) in the token layout
+    of zoology (keys and values from disjoint vocabularies). Tokens: keys 0..K-1, values K..K+V-1, padding.
+    Training and evaluation both use exactly N pairs; any N <= key_vocab can be evaluated.
+    """
+
+    Options = MQAROptions
+
+    def __init__(self, length: int, options: dict | None = None) -> None:
+        super().__init__(length, options)
+        self.keys, self.values = self.options.key_vocab, self.options.value_vocab
+        self._check_length(length)
+
+    def _check_length(self, length: int) -> None:
+        if length > self.keys:
+            raise ValueError(f"mqar needs N <= key_vocab ({self.keys}) for distinct keys; got N={length}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.keys + self.values + 1
+
+    @property
+    def pad_id(self) -> int:
+        return self.keys + self.values
+
+    def max_seq_len(self, length: int | None = None) -> int:
+        return 4 * (length or self.length)
+
+    def sample_train(self, n: int, rng: np.random.Generator) -> Batch:
+        return self.sample_eval(n, rng, self.length)
+
+    def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
+        pairs = length or self.length
+        self._check_length(pairs)
+        keys = np.argsort(rng.random((n, self.keys)), axis=1)[:, :pairs]
+        values = self.keys + rng.integers(0, self.values, size=(n, pairs))
+        order = np.argsort(rng.random((n, pairs)), axis=1)
+        query_keys = np.take_along_axis(keys, order, 1)
+        query_values = np.take_along_axis(values, order, 1)
+        inputs = np.empty((n, 4 * pairs), dtype=np.int64)
+        inputs[:, 0 : 2 * pairs : 2], inputs[:, 1 : 2 * pairs : 2] = keys, values
+        inputs[:, 2 * pairs :: 2], inputs[:, 2 * pairs + 1 :: 2] = query_keys, query_values
+        targets = np.zeros_like(inputs)
+        targets[:, 2 * pairs :: 2] = query_values
+        mask = np.zeros(inputs.shape, dtype=bool)
+        mask[:, 2 * pairs :: 2] = True
+        return Batch.from_numpy(inputs, targets, mask)
+
+    def reference_answer(self, inputs: Sequence[int]) -> list[int]:
+        tokens = [t for t in inputs if t != self.pad_id]
+        half = len(tokens) // 2
+        memory = dict(zip(tokens[0:half:2], tokens[1:half:2]))
+        return [memory[key] for key in tokens[half::2]]
+
+
+class NearestNeighborOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dims: int = Field(8, ge=1, le=20, description="points are the 2^dims vertices of {-1,+1}^dims")
+    queries: Literal["nearest", "recall"] = Field(
+        "nearest", description="nearest: later points uniform; recall: each later point repeats one of the first N/2"
+    )
+    distinct: bool = Field(False, description="the first N/2 points are distinct (needs 2^dims >= N/2)")
+
+
+@TASKS.register("nearest_neighbor", "x1 y1 .. xN yN on the hypercube; for k > N/2, y_k is the label of x_k's nearest earlier point")
+class NearestNeighbor(Task):
+    """NstNb (Bhattamishra et al. 2024, sec. 5, L154-162; data as in their ICLR 2024 NearestNeighbours task).
+
+    Point i is a token naming a vertex of {-1,+1}^d (bit b of the id is coordinate b), at position 2i-1;
+    its label (a token for 0 or 1) follows at 2i. The first N/2 labels are uniform (an exact repeat copies
+    the earlier label); every later label is the label of the earlier point with the largest inner product,
+    ties going to the first occurrence. The labels of points N/2+1..N are scored where each point is read.
+    Tokens: points 0..2^d-1, labels 2^d (0) and 2^d+1 (1), padding.
+    """
+
+    Options = NearestNeighborOptions
+
+    def __init__(self, length: int, options: dict | None = None) -> None:
+        super().__init__(length, options)
+        if length < 2:
+            raise ValueError("nearest_neighbor needs N >= 2")
+        self.points = 2 ** self.options.dims
+        self.label_ids = (self.points, self.points + 1)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.points + 3
+
+    @property
+    def pad_id(self) -> int:
+        return self.points + 2
+
+    def max_seq_len(self, length: int | None = None) -> int:
+        return 2 * (length or self.length)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The +-1 coordinates of point ids, shape [..., d]."""
+        bits = (ids[..., None] >> np.arange(self.options.dims)) & 1
+        return (2 * bits - 1).astype(np.int64)
+
+    def sample_train(self, n: int, rng: np.random.Generator) -> Batch:
+        return self.sample_eval(n, rng, self.length)
+
+    def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
+        total = length or self.length
+        start = total // 2
+        ids = rng.integers(0, self.points, size=(n, total))
+        if self.options.distinct:
+            if start > self.points:
+                raise ValueError(f"distinct points need 2^dims >= N/2; got N={total}, dims={self.options.dims}")
+            ids[:, :start] = np.argsort(rng.random((n, self.points)), axis=1)[:, :start]
+        if self.options.queries == "recall":
+            source = rng.integers(0, start, size=(n, total - start))
+            ids[:, start:] = np.take_along_axis(ids[:, :start], source, 1)
+        labels = rng.integers(0, 2, size=(n, total))
+        nearest = self.nearest_earlier(ids)
+        for t in range(1, total):
+            copies = (nearest[:, t] >= 0) if t >= start else (nearest[:, t] >= 0) & self._exact(ids, nearest, t)
+            labels[:, t] = np.where(copies, labels[np.arange(n), np.maximum(nearest[:, t], 0)], labels[:, t])
+        inputs = np.empty((n, 2 * total), dtype=np.int64)
+        inputs[:, 0::2], inputs[:, 1::2] = ids, self.points + labels
+        targets = np.zeros_like(inputs)
+        targets[:, 2 * start :: 2] = self.points + labels[:, start:]
+        mask = np.zeros(inputs.shape, dtype=bool)
+        mask[:, 2 * start :: 2] = True
+        return Batch.from_numpy(inputs, targets, mask)
+
+    @staticmethod
+    def _exact(ids: np.ndarray, nearest: np.ndarray, t: int) -> np.ndarray:
+        return ids[np.arange(len(ids)), np.maximum(nearest[:, t], 0)] == ids[:, t]
+
+    def nearest_earlier(self, ids: np.ndarray, chunk: int = 256) -> np.ndarray:
+        """For every position t, the first earlier position with the largest inner product (-1 at t = 0)."""
+        n, total = ids.shape
+        out = np.empty((n, total), dtype=np.int64)
+        later = np.tril(np.ones((total, total), dtype=bool), -1)
+        for lo in range(0, n, chunk):
+            x = self.vectors(ids[lo : lo + chunk])
+            gram = np.where(later, np.einsum("btd,bsd->bts", x, x), np.iinfo(np.int64).min)
+            out[lo : lo + chunk] = gram.argmax(-1)
+        out[:, 0] = -1
+        return out
+
+    def reference_answer(self, inputs: Sequence[int]) -> list[int]:
+        tokens = [t for t in inputs if t != self.pad_id]
+        points, labels = tokens[0::2], [t - self.points for t in tokens[1::2]]
+        start = len(points) // 2
+        coords = [[1 if (p >> b) & 1 else -1 for b in range(self.options.dims)] for p in points]
+        answer = []
+        for t in range(start, len(points)):
+            scores = [sum(a * b for a, b in zip(coords[t], coords[s])) for s in range(t)]
+            best = scores.index(max(scores))
+            answer.append(self.points + labels[best])
+        return answer

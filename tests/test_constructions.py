@@ -1,0 +1,103 @@
+"""Hand-set Transformers of Thms 1, 6 and 7 reach 100% through the trainer's evaluation path."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from sepbench.cli import app
+from sepbench.tasks.lookup import IndexLookup
+from sepbench.tasks.recall import NearestNeighbor
+from sepbench.theory import constructions as C
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    "name, length, samples",
+    [("index_lookup", 100, 1000), ("index_lookup", 1000, 150), ("equality", 100, 1000), ("equality", 1000, 100),
+     ("eq_one", 100, 1000), ("nearest_neighbor", 40, 500), ("nearest_neighbor", 200, 20)],
+)
+def test_construction_is_exact_at_its_smallest_accepted_width(name, length, samples):
+    built = C.construct(name, length)
+    assert next(built.model.parameters()).dtype == torch.float64
+    assert built.accuracy(samples, seed=1) == 1.0
+
+
+def test_lookup_code_width_grows_like_log_n_and_is_needed():
+    widths = {n: C.min_code_width("index_lookup", n) for n in (100, 1000)}
+    assert widths[100] <= widths[1000] <= 8 * math.ceil(math.log2(1000))
+    assert widths[1000] < 1000 // 10
+    too_narrow = C.index_lookup(IndexLookup(100), code_width=widths[100] // 2)
+    assert C.lookup_attention_floor(C.sign_codes(101, widths[100] // 2, np.random.default_rng(0)), C.lookup_eta(100)) <= 0.5
+    assert too_narrow.accuracy(300, seed=1) < 1.0
+
+
+def test_one_hot_codes_give_exact_attention():
+    built = C.index_lookup(IndexLookup(50), code_width=None)
+    assert built.code_width == 51 and built.details["coherence"] == 0.0
+    assert C.lookup_attention_floor(C.onehot_codes(51), C.lookup_eta(50)) > 0.75  # App. C.2, L414
+    assert built.accuracy(500, seed=2) == 1.0
+
+
+def test_lookup_needs_eta_above_two_log_3n():
+    built = C.index_lookup(IndexLookup(50), code_width=None, eta=1.0)
+    assert built.accuracy(500, seed=1) < 1.0
+
+
+def test_equality_rejects_every_one_symbol_change():
+    built = C.construct("equality", 60)
+    rng = np.random.default_rng(3)
+    batch = built.task.sample_eval(200, rng)
+    inputs = batch.inputs.clone()
+    half = built.task.length // 2
+    positions = torch.from_numpy(rng.integers(half + 1, 2 * half + 1, size=len(inputs)))
+    rows = torch.arange(len(inputs))
+    inputs[rows, positions] = 1 - inputs[rows, positions]
+    logits = built.model(inputs)
+    truth = torch.tensor([built.task.reference_answer(row.tolist())[0] for row in inputs])
+    assert torch.equal(logits[rows, -1].argmax(-1), truth)
+
+
+def test_nearest_neighbor_layer_one_puts_nine_tenths_on_the_nearest_point():
+    built = C.construct("nearest_neighbor", 40)
+    task: NearestNeighbor = built.task
+    batch = task.sample_eval(50, np.random.default_rng(4))
+    block = built.model.blocks[0]
+    x = built.model._embed(batch.inputs, torch.arange(batch.inputs.shape[1]), batch.inputs.shape[1])
+    q, k, _ = block.mixer.qkv(x).split(built.model.config.width, dim=-1)
+    scores = q @ k.transpose(1, 2) / math.sqrt(built.model.config.width)
+    scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    weights = scores.softmax(-1)
+    nearest = torch.from_numpy(task.nearest_earlier(batch.inputs[:, 0::2].numpy()))
+    start = task.length // 2
+    for t in range(start, task.length):
+        query = 2 * t
+        target = weights[torch.arange(len(batch)), query, 2 * nearest[:, t]]
+        repeats = (batch.inputs[:, 0 : query : 2] == batch.inputs[:, query : query + 1]).sum(1)
+        assert bool((target * repeats >= 0.9 - 1e-9).all())  # L842-846: weight >= 9/10, shared among exact repeats
+
+
+def test_construct_cli_prints_width_and_accuracy():
+    result = runner.invoke(app, ["construct", "equality", "--length", "40", "--samples", "100"])
+    assert result.exit_code == 0, result.output
+    assert "100.00%" in result.stdout and "40" in result.stdout
+    search = runner.invoke(app, ["construct", "index_lookup", "--lengths", "50,200", "--find-min-width",
+                                 "--samples", "50", "--verify-up-to", "100"])
+    assert search.exit_code == 0, search.output
+    assert search.stdout.count("100.00%") == 1 and str(C.min_code_width("index_lookup", 200)) in search.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [(["construct", "nope", "--length", "10"], "unknown construction 'nope'; allowed: index_lookup"),
+     (["construct", "equality"], "give --length"),
+     (["construct", "equality", "--length", "31"], "even"),
+     (["construct", "index_lookup", "--lengths", "10,x"], "--lengths expects comma-separated integers"),
+     (["construct", "nearest_neighbor", "--length", "40", "--code-width", "4"], "use a larger code width")],
+)
+def test_construct_bad_input_exits_2_with_one_line(args, fragment):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,174 @@
+"""Tasks of the separations suite: generators pass their plain-Python checkers, and the spec's sec. 9.1 facts."""
+import numpy as np
+import pytest
+import torch
+
+from sepbench.tasks import TASKS, build_task
+from sepbench.tasks.dyck import count_dyck, is_dyck, minimal_dfa_live_states
+
+CASES = [
+    ("dyck", 20, {}), ("dyck", 100, {}), ("dyck", 30, {"types": 3, "depth": 4}),
+    ("eq_random", 20, {}), ("eq_random", 100, {}), ("eq_one", 40, {}), ("eq_ncp", 40, {}),
+    ("mqar", 8, {}), ("mqar", 32, {}),
+    ("nearest_neighbor", 12, {}), ("nearest_neighbor", 16, {"queries": "recall", "dims": 4}),
+]
+
+
+def all_pass(task, batch) -> bool:
+    rows = zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.tolist())
+    return all(task.check(inputs, targets, mask) for inputs, targets, mask in rows)
+
+
+@pytest.mark.parametrize("name,length,options", CASES)
+def test_ten_thousand_samples_pass_the_checker(name, length, options):
+    task = build_task(name, length, options)
+    rng = np.random.default_rng(0)
+    train = task.sample_train(10_000, rng)
+    assert train.inputs.shape[1] <= task.max_seq_len() and int(train.inputs.max()) < task.vocab_size
+    assert all_pass(task, train)
+    evaluation = task.sample_eval(10_000, rng)
+    assert evaluation.inputs.shape[1] == task.max_seq_len()
+    assert all_pass(task, evaluation)
+
+
+@pytest.mark.parametrize("name,length,options", CASES[::3])
+def test_checker_rejects_a_changed_target(name, length, options):
+    task = build_task(name, length, options)
+    batch = task.sample_eval(200, np.random.default_rng(1))
+    targets = batch.targets.clone()
+    first = batch.mask.int().argmax(1)
+    rows = torch.arange(len(batch))
+    targets[rows, first] = torch.where(targets[rows, first] == 0, 1, targets[rows, first] - 1)
+    assert not any(task.check(batch.inputs[i], targets[i], batch.mask[i]) for i in range(len(batch)))
+
+
+@pytest.mark.parametrize("name,length,options", CASES[::2])
+def test_same_seed_same_data(name, length, options):
+    task = build_task(name, length, options)
+    a, b = (task.sample_train(300, np.random.default_rng(5)) for _ in range(2))
+    c = task.sample_train(300, np.random.default_rng(6))
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets) and torch.equal(a.mask, b.mask)
+    assert not torch.equal(a.inputs, c.inputs)
+
+
+@pytest.mark.parametrize("name,length,other", [("dyck", 20, 40), ("eq_random", 20, 60), ("eq_ncp", 20, 8),
+                                               ("mqar", 8, 16), ("nearest_neighbor", 10, 30)])
+def test_evaluation_at_other_lengths(name, length, other):
+    task = build_task(name, length)
+    batch = task.sample_eval(500, np.random.default_rng(2), other)
+    assert batch.inputs.shape[1] == task.max_seq_len(other)
+    assert all_pass(task, batch)
+
+
+def test_dyck_counts_and_dfa_follow_lemma_1():
+    assert all(count_dyck(n) == 2 ** (n - 1) for n in range(2, 41, 2))
+    assert all(count_dyck(n) == 0 for n in range(1, 40, 2))
+    brute = sum(is_dyck([(m >> (2 * i)) & 3 for i in range(8)]) for m in range(4 ** 8))
+    assert brute == count_dyck(8) == 128
+    assert is_dyck([0, 1, 3, 2, 1, 3]) and not is_dyck([0, 1, 1, 3, 3, 2])  # "([])[]" in, "([[]])" out
+    assert minimal_dfa_live_states(2, 2) == 7
+    assert minimal_dfa_live_states(2, 3) == 15 and minimal_dfa_live_states(3, 2) == 13  # sum_{i<=m} k^i
+
+
+@pytest.mark.parametrize("length", [20, 100, 400])
+def test_dyck_generator_facts(length):
+    task = build_task("dyck", length)
+    rng = np.random.default_rng(3)
+    positives = task.positives(2000, length, rng)
+    assert positives.shape == (2000, length) and task.member(positives).all()
+    negatives = task.corrupt(positives, rng)
+    assert not task.member(negatives).any()
+    assert np.mean([is_dyck(list(s)) for s in negatives[:300]]) == 0.0
+    batch = task.sample_eval(4000, rng)
+    assert abs(float((batch.targets[:, -1] == task.true_id).float().mean()) - 0.5) < 0.03
+
+
+def test_dyck_corruption_count_has_the_paper_mean():
+    task = build_task("dyck", 100)
+    rng = np.random.default_rng(4)
+    positives = task.positives(20_000, 100, rng)
+    changed = (task._corrupt_once(positives, rng) != positives).sum(1)
+    assert abs(changed.mean() - (1 + 100 / 10) / 2) < 0.1  # c ~ U[1, N/10]; every chosen position changes
+
+
+def test_equality_lengths_and_labels_follow_app_h2():
+    task = build_task("eq_random", 100)
+    batch = task.sample_train(20_000, np.random.default_rng(5))
+    lengths = batch.mask.int().argmax(1).numpy()
+    assert set(np.unique(lengths)) == set(range(10, 101, 2))
+    positive = (batch.targets[batch.mask] == task.true_id).float().mean()
+    assert 0.5 < positive < 0.55  # 1/2 copies plus the rare random equal halves
+    one = build_task("eq_one", 40)
+    ones = one.sample_eval(5000, np.random.default_rng(6))
+    x = ones.inputs.numpy()
+    differences = (x[:, :20] != x[:, 21:]).sum(1)
+    labels = ones.targets[:, -1].numpy() == one.true_id
+    assert (differences[labels] == 0).all() and (differences[~labels] == 1).all()
+
+
+def test_eq_ncp_needs_every_prefix():
+    task = build_task("eq_ncp", 10)
+    batch = task.sample_eval(4, np.random.default_rng(7))
+    perfect = torch.full((4, 11, task.vocab_size), -5.0)
+    perfect.scatter_(2, torch.where(batch.mask, batch.targets, 3)[..., None], 5.0)
+    assert task.correct(perfect, batch).all()
+    wrong_copy = perfect.clone()
+    wrong_copy[0, 7] = 0.0
+    wrong_copy[0, 7, task.pad_id] = 9.0
+    padding_before_sep = perfect.clone()
+    padding_before_sep[1, 2, task.pad_id] = 9.0
+    assert task.correct(wrong_copy, batch).tolist() == [False, True, True, True]
+    assert task.correct(padding_before_sep, batch).tolist() == [True, False, True, True]
+
+
+def test_nearest_neighbor_labels_follow_the_nearest_earlier_point():
+    task = build_task("nearest_neighbor", 30, {"dims": 3})
+    batch = task.sample_eval(300, np.random.default_rng(8))
+    x = batch.inputs.numpy()
+    points, labels = x[:, 0::2], x[:, 1::2]
+    vectors = task.vectors(points)
+    for row in range(300):
+        for t in range(15, 30):
+            scores = [int(vectors[row, t] @ vectors[row, s]) for s in range(t)]
+            assert labels[row, t] == labels[row, scores.index(max(scores))]
+
+
+def test_every_task_is_listed():
+    assert {"dyck", "eq_random", "eq_one", "eq_ncp", "mqar", "nearest_neighbor", "index_lookup"} <= set(TASKS.names())
+
+
+def test_bad_lengths_are_rejected():
+    with pytest.raises(ValueError, match="even"):
+        build_task("dyck", 21)
+    with pytest.raises(ValueError, match="key_vocab"):
+        build_task("mqar", 300)
+    with pytest.raises(ValueError, match="even"):
+        build_task("eq_one", 20).sample_eval(2, np.random.default_rng(0), 15)
+
+
+@pytest.mark.parametrize("name,length,options,other", [
+    ("dyck", 20, {}, [10, 40]), ("eq_random", 20, {}, [10, 40]), ("eq_ncp", 20, {}, [40]),
+    ("mqar", 8, {}, [4, 16]), ("nearest_neighbor", 12, {}, [6, 24]),
+])
+def test_evaluation_at_other_lengths(name, length, options, other):
+    task = build_task(name, length, options)
+    for n in other:
+        batch = task.sample_eval(500, np.random.default_rng(n), n)
+        assert batch.inputs.shape[1] == task.max_seq_len(n) and all_pass(task, batch)
+    from sepbench.config import RunConfig
+    from sepbench.train import train
+
+    cfg = RunConfig.build({"task": {"name": name, "length": length, "options": options, "eval_lengths": other},
+                           "model": {"name": "lstm", "width": 8}, "device": "cpu",
+                           "train": {"steps": 2, "eval_every": 2, "eval_samples": 50}})
+    result = train(cfg, progress=False)
+    assert {f"accuracy@{n}" for n in other} <= set(result.metrics)
+
+
+def test_distinct_points_for_nearest_neighbor():
+    task = build_task("nearest_neighbor", 40, {"dims": 5, "distinct": True, "queries": "recall"})
+    batch = task.sample_eval(300, np.random.default_rng(0))
+    first = batch.inputs[:, 0:40:2]
+    assert all(len(set(row.tolist())) == 20 for row in first) and all_pass(task, batch)
+    with pytest.raises(ValueError, match="2\\^dims >= N/2"):
+        build_task("nearest_neighbor", 80, {"dims": 5, "distinct": True}).sample_eval(1, np.random.default_rng(0))
