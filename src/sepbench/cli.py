@@ -173,6 +173,63 @@ def results(
         out.print(f"{len(frame)} runs in {Store(store).path}")
 
 
+class SweepBackend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+@app.command("sweep")
+def sweep(
+    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time (processes, or Ray CPUs on a local instance)"),
+    backend: SweepBackend = typer.Option(SweepBackend.local, help="local: a process pool; ray: one Ray task per run"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
+    device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+) -> None:
+    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume."""
+    from sepbench.store import Store
+    from sepbench.sweep import SweepSpec, pending, run_sweep
+    from sepbench.sweep.progress import SweepProgress
+
+    with bad_input_exits():
+        spec = SweepSpec.from_yaml(spec_file)
+        if device is not None:
+            spec.base = apply_overrides(spec.base, {"device": device})
+        configs = spec.expand()
+    db = Store(store)
+    todo = pending(configs, db)
+    out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
+              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+    if dry_run:
+        for cfg in todo:
+            flat = _flatten(cfg.model_dump(mode="json"))
+            out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
+                      highlight=False, soft_wrap=True)
+        return
+    with SweepProgress(spec.name, len(todo), err) as progress:
+        try:
+            outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
+                                on_result=progress.advance)
+        except RuntimeError as problem:
+            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(BAD_INPUT) from None
+    failed = len(outcome.failed)
+    out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
+              f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def main() -> None:
     app()
 
