@@ -220,6 +220,78 @@ def sweep(
               f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
 
 
+def _parse_ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} expects comma-separated integers, got '{text}'") from None
+    if not values:
+        raise ConfigError(f"{option} expects at least one integer")
+    return values
+
+
+@app.command("minwidth")
+def minwidth(
+    task: str = typer.Option(..., help="task name (see `sepbench tasks`)"),
+    model: str = typer.Option(..., help="model name (see `sepbench models`)"),
+    lengths: str = typer.Option(..., help="task sizes N, comma-separated"),
+    widths: str = typer.Option(..., help="width grid to search, comma-separated"),
+    layers: Optional[int] = typer.Option(None, help="number of blocks"),
+    steps: Optional[int] = typer.Option(None, help="training steps per run"),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many (seeds 0..m-1)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
+    assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
+    resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
+) -> None:
+    """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law."""
+    from sepbench.store import Store
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
+
+    with bad_input_exits():
+        try:
+            rule = SolvedRule(threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+        grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+        data = load_yaml(config) if config else {}
+        flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
+        base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
+                               parse_assignments(assignments))
+        for n in grid_lengths:
+            for w in grid_widths:
+                RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+    db = Store(store)
+    progress = SweepProgress("minwidth", 0, err, live=False)
+    progress.total = len(grid_lengths) * len(set(grid_widths)) * m
+    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
+    cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
+    table = Table(title=f"smallest width: {model}, {cfg.model.layers} layers, on {task}; solved = {rule}")
+    table.add_column("length N", justify="right")
+    table.add_column("smallest width", justify="right")
+    table.add_column("widths evaluated")
+    for n, w in search.smallest.items():
+        tried = ", ".join(f"{x}:{'solved' if ok else 'no'}" for x, ok in sorted(search.checked[n].items()))
+        table.add_row(str(n), "none in grid" if w is None else str(w), tried)
+    out.print(table)
+    try:
+        power, log = fit_power_law(search.smallest, resamples=resamples), fit_log_law(search.smallest)
+    except ValueError as problem:
+        out.print(f"no fit: {problem}", highlight=False)
+    else:
+        out.print(f"width ~ c * N^alpha: alpha = {power.alpha:.3f}, {power.level:.0%} bootstrap CI "
+                  f"[{power.alpha_low:.3f}, {power.alpha_high:.3f}] ({power.resamples} resamples), c = {power.c:.3g}, "
+                  f"rmse = {power.rmse:.3g}", highlight=False, soft_wrap=True)
+        out.print(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}",
+                  highlight=False, soft_wrap=True)
+    out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
     flat: dict[str, object] = {}
     for key, value in data.items():

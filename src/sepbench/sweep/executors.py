@@ -59,6 +59,14 @@ def pending(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
     return [cfg for cfg in configs if cfg.config_hash() not in done]
 
 
+def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult) -> None:
+    """One run after another in this process (no pool start-up; for one worker)."""
+    for cfg in configs:
+        result = execute(cfg)
+        store.put(result)
+        on_result(result)
+
+
 def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult) -> None:
     """A process pool of ``workers`` single-threaded processes (spawn: no forked torch state)."""
     if not configs:
@@ -138,6 +146,8 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
 
     if backend == "ray":
         run_ray(todo, store, workers, collect, address)
+    elif backend == "local" and workers == 1:
+        run_inline(todo, store, collect)
     elif backend == "local":
         run_local(todo, store, workers, collect)
     else:
