@@ -292,6 +292,37 @@ def minwidth(
     out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
 
 
+@app.command("report")
+def report(
+    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.png|svg and min_flops.csv"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many"),
+    flops_threshold: float = typer.Option(0.9, help="threshold of the min-FLOPs table (Yang et al. 2024, Table 2)"),
+) -> None:
+    """Write a self-contained HTML report and every figure as PNG and SVG from the stored runs."""
+    from sepbench.report import write_report
+    from sepbench.store import Store
+    from sepbench.sweep.search import SolvedRule
+
+    with bad_input_exits():
+        try:
+            rule, flops_rule = SolvedRule(threshold, k, m), SolvedRule(flops_threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+        db = Store(store)
+        if not db.path.exists():
+            raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
+        results = db.results()
+    outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule)
+    out.print(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})",
+              highlight=False, soft_wrap=True)
+    out.print(f"open {outcome.page.resolve()}", highlight=False, soft_wrap=True)
+
+
 def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
     flat: dict[str, object] = {}
     for key, value in data.items():
