@@ -129,3 +129,20 @@ def test_minwidth_bad_input_exits_2(tmp_path, args, fragment):
     result = runner.invoke(app, ["minwidth", *[x for kv in base.items() for x in kv]])
     assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("law, lengths, widths, expected", [
+    ("power", [12, 24, 48, 96], [4, 6, 8, 12, 16, 24, 32, 48, 64], "alpha = 1.000, 95% bootstrap CI [1.000, 1.000]"),
+    ("log", [16, 64, 256], [8, 12, 16, 20, 24, 28, 32, 40], f"b = {4 / np.log(2):.3g}, rmse = "),
+])
+def test_minwidth_recovers_a_known_growth_law_from_stored_runs(tmp_path, law, lengths, widths, expected):
+    """Stored runs solve exactly from width N/2 (power law, alpha = 1) or 4 log2 N (log law) on."""
+    minimum = {n: n // 2 if law == "power" else round(4 * np.log2(n)) for n in lengths}
+    store = law_store(tmp_path / "s.db", minimum, widths)
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", ",".join(map(str, lengths)),
+            "--widths", ",".join(map(str, widths)), "--steps", "5", "--device", "cpu", "--store", str(store.path)]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert expected in result.stdout and "trained 0 new runs" in result.stdout
+    for n, w in minimum.items():
+        assert f"│ {n:>8} │ {w:>14} │" in result.stdout
