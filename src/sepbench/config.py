@@ -36,6 +36,7 @@ class TaskConfig(StrictModel):
 
         task_cls = TASKS.get(self.name)
         self.options = _validate_options(task_cls.Options, self.options, f"task '{self.name}' options")
+        task_cls(self.length, self.options)  # a task refuses sizes its options cannot serve
         if self.eval_lengths is not None:
             bad = [n for n in self.eval_lengths if n < 2]
             if bad:
