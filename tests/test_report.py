@@ -132,3 +132,22 @@ def test_report_bad_input_exits_2(tmp_path, args, fragment):
     result = runner.invoke(app, ["report", *[x for kv in base.items() for x in kv]])
     assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
+    from sepbench.demo import main
+
+    spec = tmp_path / "demo.yaml"
+    spec.write_text("name: tiny\nbase: {task: {name: index_lookup, length: 12}, model: {layers: 1, width: 8},\n"
+                    "  train: {steps: 10, eval_every: 5, eval_samples: 50, batch_size: 8}, device: cpu}\n"
+                    "grid: {model.name: [transformer, lstm]}\n")
+    page = main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
+    printed = capsys.readouterr().out
+    assert page == tmp_path / "report" / "index.html" and page.exists()
+    assert "2 runs, 0 already in" in printed and "[2/2]" in printed and "transformer-(1, 8)" in printed and "lstm-(1, 8)" in printed
+    assert str(page.resolve()) in printed.replace("\n", "")
+    first = {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()}
+    assert len(first) == 2
+    main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
+    assert "[1/2]" not in capsys.readouterr().out
+    assert {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()} == first
