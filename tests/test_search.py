@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import apply_overrides
-from sepbench.sweep.search import (SolvedRule, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
+from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
                                    min_width_table, search_min_width, select_lr, smallest_solving)
 from sepbench.train import RunResult
 
@@ -36,6 +36,21 @@ def test_bisection_finds_the_smallest_solving_width_in_log_evaluations(first_sol
     found, checked = smallest_solving(grid, lambda w: threshold is not None and w >= threshold)
     assert found == threshold and len(checked) <= 3
     assert all(ok == (threshold is not None and w >= threshold) for w, ok in checked.items())
+
+
+def test_lockstep_bisection_asks_one_width_per_open_length_each_round():
+    grid = [2, 4, 8, 16, 32, 64, 128]
+    first = {10: 2, 20: 16, 40: 128, 80: None}
+    rounds = []
+
+    def judge(asked):
+        rounds.append(asked)
+        return {n: first[n] is not None and w >= first[n] for n, w in asked.items()}
+
+    smallest, checked = bisect_widths(grid, list(first), judge)
+    assert smallest == first and len(rounds) == 3 and set(rounds[0]) == set(first)
+    assert all(checked[n] == smallest_solving(grid, lambda w, n=n: first[n] is not None and w >= first[n])[1]
+               for n in first)
 
 
 def test_power_law_recovers_its_exponent_and_brackets_it():

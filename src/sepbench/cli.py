@@ -267,8 +267,8 @@ def minwidth(
             for w in grid_widths:
                 RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
     db = Store(store)
-    progress = SweepProgress("minwidth", 0, err, live=False)
-    progress.total = len(grid_lengths) * len(set(grid_widths)) * m
+    most_visited = len(set(grid_widths)).bit_length()
+    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
     search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     table = Table(title=f"smallest width: {model}, {cfg.model.layers} layers, on {task}; solved = {rule}")

@@ -79,22 +79,33 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> 
                                                            ignore_index=True)
 
 
-def smallest_solving(widths: Sequence[int], solves: Callable[[int], bool]) -> tuple[int | None, dict[int, bool]]:
-    """Bisection over the sorted grid for the smallest width that solves, assuming success is monotone in width.
+Judge = Callable[[dict[int, int]], dict[int, bool]]
 
-    Returns the width (None if even the largest fails) and every width it had to evaluate.
+
+def bisect_widths(widths: Sequence[int], keys: Sequence[int], judge: Judge
+                  ) -> tuple[dict[int, int | None], dict[int, dict[int, bool]]]:
+    """Bisection over the sorted grid for each key's smallest solving width, all keys in lockstep.
+
+    Each round asks ``judge`` about one width per key still searching (so a round can train in parallel).
+    Assumes success is monotone in width. Returns the width per key (None if even the largest fails) and
+    every width evaluated per key.
     """
     grid = sorted(set(widths))
-    checked: dict[int, bool] = {}
-    lo, hi = 0, len(grid)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        checked[grid[mid]] = solves(grid[mid])
-        if checked[grid[mid]]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return (grid[lo] if lo < len(grid) else None), checked
+    bounds = {key: (0, len(grid)) for key in keys}
+    checked: dict[int, dict[int, bool]] = {key: {} for key in keys}
+    while open_ := {key: (lo + hi) // 2 for key, (lo, hi) in bounds.items() if lo < hi}:
+        verdicts = judge({key: grid[mid] for key, mid in open_.items()})
+        for key, mid in open_.items():
+            checked[key][grid[mid]] = verdicts[key]
+            lo, hi = bounds[key]
+            bounds[key] = (lo, mid) if verdicts[key] else (mid + 1, hi)
+    return {key: grid[lo] if lo < len(grid) else None for key, (lo, _) in bounds.items()}, checked
+
+
+def smallest_solving(widths: Sequence[int], solves: Callable[[int], bool]) -> tuple[int | None, dict[int, bool]]:
+    """``bisect_widths`` for one key: the smallest width for which ``solves`` holds, and the widths evaluated."""
+    smallest, checked = bisect_widths(widths, [0], lambda asked: {0: solves(asked[0])})
+    return smallest[0], checked[0]
 
 
 @dataclass
@@ -109,21 +120,23 @@ class WidthSearch:
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
                      store: Store, workers: int = 1, on_result: OnResult | None = None) -> WidthSearch:
-    """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run."""
+    """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
+
+    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together.
+    """
     search = WidthSearch(rule=rule)
 
-    def solves_at(length: int) -> Callable[[int], bool]:
-        def solves(width: int) -> bool:
-            configs = [RunConfig.build(apply_overrides(base, {"task.length": length, "model.width": width,
-                                                              "seed": seed})) for seed in range(rule.m)]
-            outcome = run_sweep(configs, store, workers=min(workers, len(configs)), on_result=on_result)
-            search.trained += len(outcome.results)
-            runs = [store.get(cfg.config_hash()) for cfg in configs]
-            return rule.solved([r.accuracy if r.status != "failed" else 0.0 for r in runs])
-        return solves
+    def judge(asked: dict[int, int]) -> dict[int, bool]:
+        configs = {length: [RunConfig.build(apply_overrides(base, {"task.length": length, "model.width": width,
+                                                                   "seed": seed})) for seed in range(rule.m)]
+                   for length, width in asked.items()}
+        every = [cfg for group in configs.values() for cfg in group]
+        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result).results)
+        accuracy = {r.config_hash: r.accuracy if r.status != "failed" else 0.0
+                    for r in (store.get(cfg.config_hash()) for cfg in every)}
+        return {length: rule.solved([accuracy[cfg.config_hash()] for cfg in group]) for length, group in configs.items()}
 
-    for length in sorted(set(lengths)):
-        search.smallest[length], search.checked[length] = smallest_solving(widths, solves_at(length))
+    search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)
     return search
 
 
