@@ -11,7 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sepbench.config import ConfigError, RunConfig, apply_overrides, load_yaml, parse_assignments
+from pydantic import ValidationError
+
+from sepbench.config import (
+    ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
+)
 from sepbench.registry import UnknownNameError
 
 app = typer.Typer(
@@ -55,14 +59,43 @@ def list_tasks() -> None:
 
 
 @app.command("models")
-def list_models() -> None:
-    """List the registered architectures."""
+def list_models(
+    details: bool = typer.Option(False, "--details", help="add parameters, state size and FLOPs at the given size"),
+    width: int = typer.Option(64, min=1, help="hidden size for --details"),
+    layers: int = typer.Option(2, min=1, help="number of blocks for --details"),
+    heads: int = typer.Option(4, min=1, help="attention heads for --details"),
+    length: int = typer.Option(512, min=1, help="sequence length for --details"),
+    vocab: int = typer.Option(32, min=1, help="vocabulary size for --details"),
+) -> None:
+    """List the registered architectures (with --details: what each costs at one size)."""
     from sepbench.models import MODELS
 
-    table = Table("model", "description")
-    for entry in MODELS:
-        table.add_row(entry.name, entry.description)
+    if not details:
+        table = Table("model", "description")
+        for entry in MODELS:
+            table.add_row(entry.name, entry.description)
+        out.print(table)
+        return
+    from sepbench.models.accounting import model_cost
+
+    title = f"width {width}, {layers} layers, {heads} heads, length {length}, vocabulary {vocab}"
+    table = Table(title=title)
+    table.add_column("model", no_wrap=True)
+    for column in ("parameters", "state", "FLOPs", "Table-2 FLOPs"):
+        table.add_column(column, justify="right", no_wrap=True)
+    with bad_input_exits():
+        for entry in MODELS:
+            try:
+                cost = model_cost(entry.name, width, layers, length, vocab_size=vocab, heads=heads)
+            except ValidationError as problem:
+                raise ConfigError(f"--details for {entry.name}: {describe_validation_error(problem)}") from None
+            except ValueError as problem:
+                raise ConfigError(f"--details for {entry.name}: {problem}") from None
+            table.add_row(entry.name, f"{cost.parameters:,}", f"{cost.state_floats:,}", f"{cost.flops:.4g}",
+                          f"{cost.paper_flops:.4g}")
     out.print(table)
+    out.print("state: floats per example after `length` tokens; FLOPs: matrix products of one forward pass "
+              "(2 per multiply-add); Table-2 FLOPs: Yang et al.'s convention, (L+2)(24 layers d^2 + 1.4e4)")
 
 
 def build_run_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> RunConfig:

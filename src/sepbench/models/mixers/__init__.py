@@ -1,2 +1,2 @@
 """One token mixer per module; importing this package registers them all."""
-from sepbench.models.mixers import softmax, lstm  # noqa: F401
+from sepbench.models.mixers import softmax, sparse, linear, retnet, lstm, dss, mamba  # noqa: F401

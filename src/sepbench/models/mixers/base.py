@@ -45,3 +45,11 @@ class Mixer(nn.Module, ABC):
     @abstractmethod
     def reset_parameters(self) -> None:
         """The mixer's own initialisation."""
+
+    def state_floats(self, length: int) -> int:
+        """Closed form: floats per example the step path carries after ``length`` tokens."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form state size")
+
+    def flops(self, length: int) -> int:
+        """Closed form: matrix-product FLOPs (2 per multiply-accumulate) of one forward over ``length`` tokens."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form FLOP count")

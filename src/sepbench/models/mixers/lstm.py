@@ -39,3 +39,11 @@ class LSTMMixer(Mixer):
     def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tuple]:
         y, state = self.lstm(x.unsqueeze(1), state)
         return y.squeeze(1), state
+
+    def state_floats(self, length: int) -> int:
+        """Closed form: h and c, 2 D floats."""
+        return 2 * self.width
+
+    def flops(self, length: int) -> int:
+        """Four gates from input and hidden state: 2 T 4D (D + D) = 16 T D^2."""
+        return 16 * length * self.width**2

@@ -65,3 +65,11 @@ class SoftmaxAttention(Mixer):
         values = torch.cat([state.values, v], dim=2)
         y = F.scaled_dot_product_attention(q, keys, values)
         return self.out(y.reshape(x.shape[0], self.width)), KVCache(keys, values)
+
+    def state_floats(self, length: int) -> int:
+        """Closed form: the KV cache, 2 D floats per position."""
+        return 2 * self.width * length
+
+    def flops(self, length: int) -> int:
+        """QKV and output projections 8 T D^2, scores and weighted sum 4 T^2 D (the full square, as kernels count it)."""
+        return 8 * length * self.width**2 + 4 * length**2 * self.width

@@ -1,0 +1,174 @@
+"""The Mamba block: a selective state space model (Gu & Dao 2023, "Mamba", sec. 3 and Algorithm 2)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from sepbench.config import ModelConfig, StrictModel
+from sepbench.models.mixers.base import Mixer
+from sepbench.models.registry import MODELS
+
+
+class MambaOptions(StrictModel):
+    state: int = Field(16, ge=1, description="SSM state size N per channel")
+    expand: int = Field(2, ge=1, description="inner width = expand * width")
+    conv: int = Field(4, ge=1, description="depthwise causal convolution width")
+    dt_rank: int | None = Field(None, ge=1, description="rank of the Delta projection; default ceil(width / 16)")
+    chunk: int | None = Field(None, ge=1, description="scan chunk length; default about sqrt(T)")
+    scan: Literal["chunked", "reference"] = Field("chunked", description="training scan: chunked, or the step-by-step reference")
+    kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
+
+
+def _cuda_kernel():
+    try:
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    except ImportError:
+        return None
+    return selective_scan_fn
+
+
+def selective_scan_reference(log_decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
+    """h_t = exp(log_decay_t) h_{t-1} + drive_t, one step at a time over [B, T, ...]; the chunked scan is tested against it."""
+    h = torch.zeros_like(drive[:, 0])
+    states = []
+    for a, u in zip(log_decay.exp().unbind(1), drive.unbind(1)):
+        h = a * h + u
+        states.append(h)
+    return torch.stack(states, 1)
+
+
+def selective_scan_chunked(log_decay: torch.Tensor, drive: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    """The same recurrence with O(T/C + C) sequential steps instead of T.
+
+    Time is cut into chunks of C. One pass over the C offsets scans every chunk at once from a zero
+    state; a pass over the T/C chunks carries the true state across chunk boundaries; the carried
+    state reaches each position through the within-chunk cumulative product of the decays (a cumulative
+    sum of their logs, which is cheaper to differentiate than ``cumprod``).
+    """
+    batch, length = drive.shape[:2]
+    chunk = chunk or max(1, math.isqrt(length))
+    n = -(-length // chunk)
+    pad = n * chunk - length
+    if pad:
+        tail = (0, 0) * (drive.dim() - 2) + (0, pad)
+        log_decay, drive = F.pad(log_decay, tail), F.pad(drive, tail)
+    log_decay = log_decay.view(batch, n, chunk, *log_decay.shape[2:])
+    decay = log_decay.exp()
+    drive = drive.view(batch, n, chunk, *drive.shape[2:])
+    h = torch.zeros_like(drive[:, :, 0])
+    local = []
+    for a, u in zip(decay.unbind(2), drive.unbind(2)):
+        h = a * h + u
+        local.append(h)
+    local_states = torch.stack(local, 2)  # [B, n, C, ...]
+    carry = log_decay.cumsum(2).exp()
+    start = torch.zeros_like(drive[:, 0, 0])
+    starts = []
+    for a, u in zip(carry[:, :, -1].unbind(1), local[-1].unbind(1)):
+        starts.append(start)
+        start = a * start + u
+    states = local_states + carry * torch.stack(starts, 1).unsqueeze(2)
+    return states.reshape(batch, n * chunk, *states.shape[3:])[:, :length]
+
+
+@dataclass
+class MambaState:
+    """The last conv-1 inner inputs [B, E, K-1] for the causal convolution and the SSM state [B, E, N]."""
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+
+
+@MODELS.register("mamba", "Mamba selective SSM block: input-dependent Delta, B, C, causal conv, gating (Gu & Dao 2023)")
+class MambaBlock(Mixer):
+    """h_t = exp(Delta_t A) h_{t-1} + Delta_t B_t x_t, y_t = C_t h_t + D x_t, gated by SiLU(z) (Gu & Dao 2023, Algorithm 2, eq. 2a-2b)."""
+
+    Options = MambaOptions
+    default_lr = 2e-3
+    default_positions = "none"
+    default_mlp = False
+
+    def __init__(self, config: ModelConfig, max_len: int) -> None:
+        super().__init__(config, max_len)
+        opts = self.options
+        self.inner = opts.expand * config.width
+        self.state_size = opts.state
+        self.dt_rank = opts.dt_rank or math.ceil(config.width / 16)
+        self.in_proj = nn.Linear(config.width, 2 * self.inner, bias=False)
+        self.conv = nn.Conv1d(self.inner, self.inner, opts.conv, groups=self.inner, padding=opts.conv - 1)
+        self.x_proj = nn.Linear(self.inner, self.dt_rank + 2 * opts.state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, self.inner)
+        self.a_log = nn.Parameter(torch.empty(self.inner, opts.state))
+        self.skip = nn.Parameter(torch.empty(self.inner))
+        self.out_proj = nn.Linear(self.inner, config.width, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """S4D-real A = -(1..N), Delta bias so softplus gives dt in [1e-3, 1e-1] (Gu & Dao 2023, sec. 3.6)."""
+        self.in_proj.reset_parameters()
+        self.conv.reset_parameters()
+        self.x_proj.reset_parameters()
+        self.out_proj.reset_parameters()
+        with torch.no_grad():
+            self.a_log.copy_(torch.arange(1, self.state_size + 1, dtype=torch.float32).log().expand(self.inner, -1))
+            self.skip.fill_(1.0)
+            nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
+            dt = torch.exp(torch.rand(self.inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+    def _ssm_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Delta [..., E], B [..., N], C [..., N] from the convolved inner activations (the selection, sec. 3.2)."""
+        dt, b, c = self.x_proj(u).split([self.dt_rank, self.state_size, self.state_size], dim=-1)
+        return F.softplus(self.dt_proj(dt)), b, c
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        u, z = self.in_proj(x).chunk(2, dim=-1)
+        u = F.silu(self.conv(u.transpose(1, 2))[..., :length].transpose(1, 2))  # [B, T, E]
+        delta, b, c = self._ssm_inputs(u)
+        a = -self.a_log.exp()
+        kernel = _cuda_kernel() if self.options.kernel and x.is_cuda else None
+        if kernel is not None:
+            y = kernel(u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), a,
+                       b.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous(), self.skip.float(),
+                       delta_softplus=False).transpose(1, 2)
+        else:
+            log_decay = delta.unsqueeze(-1) * a  # [B, T, E, N]
+            drive = (delta * u).unsqueeze(-1) * b.unsqueeze(-2)
+            if self.options.scan == "reference":
+                states = selective_scan_reference(log_decay, drive)
+            else:
+                states = selective_scan_chunked(log_decay, drive, self.options.chunk)
+            y = (states @ c.unsqueeze(-1)).squeeze(-1) + self.skip * u
+        return self.out_proj(y * F.silu(z))
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> MambaState:
+        conv = torch.zeros(batch_size, self.inner, self.conv.kernel_size[0] - 1, device=device, dtype=dtype)
+        ssm = torch.zeros(batch_size, self.inner, self.state_size, device=device, dtype=dtype)
+        return MambaState(conv, ssm)
+
+    def step(self, x: torch.Tensor, state: MambaState) -> tuple[torch.Tensor, MambaState]:
+        u, z = self.in_proj(x).chunk(2, dim=-1)
+        window = torch.cat([state.conv, u.unsqueeze(-1)], dim=-1)  # [B, E, K]
+        u = F.silu((window * self.conv.weight.squeeze(1)).sum(-1) + self.conv.bias)
+        delta, b, c = self._ssm_inputs(u)
+        a = -self.a_log.exp()
+        ssm = torch.exp(delta.unsqueeze(-1) * a) * state.ssm + (delta * u).unsqueeze(-1) * b.unsqueeze(-2)
+        y = (ssm @ c.unsqueeze(-1)).squeeze(-1) + self.skip * u
+        return self.out_proj(y * F.silu(z)), MambaState(window[..., 1:], ssm)
+
+    def state_floats(self, length: int) -> int:
+        """Closed form: E (K - 1) convolution inputs plus E N SSM state, whatever the length."""
+        return self.inner * (self.conv.kernel_size[0] - 1 + self.state_size)
+
+    def flops(self, length: int) -> int:
+        """in/out projections 6 T D E, x_proj 2 T E (R + 2N), dt_proj 2 T R E, conv 2 E K (T + K - 1), C h 2 T E N."""
+        e, n, r, k = self.inner, self.state_size, self.dt_rank, self.conv.kernel_size[0]
+        projections = 6 * length * self.width * e + 2 * length * e * (r + 2 * n) + 2 * length * r * e
+        return projections + 2 * e * k * (length + k - 1) + 2 * length * e * n

@@ -1,0 +1,107 @@
+"""Multi-scale retention (Sun et al. 2023, "Retentive Network", eqs. 5-8)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sepbench.config import ModelConfig
+from sepbench.models.mixers.base import Mixer
+from sepbench.models.registry import MODELS
+
+
+def head_decays(heads: int) -> torch.Tensor:
+    """gamma_h = 1 - 2^(-5-h), one decay per head (Sun et al. 2023, sec. 2.2)."""
+    return 1.0 - 2.0 ** (-5.0 - torch.arange(heads, dtype=torch.float64))
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x * e^{i n theta} on consecutive feature pairs (the Theta of eq. 5, without xPos's length scaling)."""
+    dim = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, dim, 2, device=x.device, dtype=x.dtype) / dim)
+    angle = positions.to(x.dtype)[:, None] * theta  # [T, d/2]
+    cos, sin = angle.cos(), angle.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+@dataclass
+class RetentionState:
+    """Per head S_n = gamma S_{n-1} + K_n^T V_n, [B, H, d, d], and the next position."""
+
+    s: torch.Tensor
+    position: int = 0
+
+
+@MODELS.register("retnet", "RetNet multi-scale retention with per-head decay, parallel training, recurrent decoding (Sun et al. 2023)")
+class MultiScaleRetention(Mixer):
+    """MSR(X) = (swish(X W_G) * GroupNorm(head_1..head_H)) W_O, head = (Q K^T * D) V (Sun et al. 2023, eqs. 5, 8)."""
+
+    default_lr = 1e-3
+    default_positions = "learned"
+    uses_heads = True
+
+    def __init__(self, config: ModelConfig, max_len: int) -> None:
+        super().__init__(config, max_len)
+        self.heads = config.heads
+        self.head_dim = config.width // config.heads
+        if self.head_dim % 2:
+            raise ValueError(f"retnet needs an even head size for its rotation, got width/heads = {self.head_dim}")
+        self.qkv = nn.Linear(config.width, 3 * config.width, bias=False)
+        self.gate = nn.Linear(config.width, config.width, bias=False)
+        self.norm = nn.GroupNorm(config.heads, config.width)
+        self.out = nn.Linear(config.width, config.width, bias=False)
+        self.register_buffer("log_decay", head_decays(config.heads).log().float(), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for linear in (self.qkv, self.gate, self.out):
+            nn.init.xavier_uniform_(linear.weight)
+        self.norm.reset_parameters()
+
+    def _project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k rotated, q scaled by d^-1/2; each [..., T, H, d] with positions along dim -3."""
+        *lead, _ = x.shape
+        q, k, v = self.qkv(x).view(*lead, 3, self.heads, self.head_dim).unbind(-3)
+        q = rotate(q.transpose(-2, -3), positions).transpose(-2, -3) * self.head_dim**-0.5
+        k = rotate(k.transpose(-2, -3), positions).transpose(-2, -3)
+        return q, k, v
+
+    def _combine(self, x: torch.Tensor, heads_out: torch.Tensor) -> torch.Tensor:
+        """GroupNorm over each head, swish gate, output projection; heads_out is [..., D]."""
+        lead = heads_out.shape[:-1]
+        normed = self.norm(heads_out.reshape(-1, self.width)).view(*lead, self.width)
+        return self.out(F.silu(self.gate(x)) * normed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        positions = torch.arange(length, device=x.device)
+        q, k, v = (t.transpose(1, 2) for t in self._project(x, positions))  # [B, H, T, d]
+        offset = positions[:, None] - positions[None, :]
+        decay = torch.exp(offset.clamp(min=0).to(x.dtype) * self.log_decay.to(x.dtype)[:, None, None])
+        decay = decay.masked_fill(offset < 0, 0.0)  # D_nm = gamma^(n-m) for n >= m (eq. 5)
+        y = ((q @ k.transpose(-1, -2)) * decay) @ v
+        return self._combine(x, y.transpose(1, 2).reshape(batch, length, width))
+
+    def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> RetentionState:
+        return RetentionState(torch.zeros(batch_size, self.heads, self.head_dim, self.head_dim, device=device, dtype=dtype))
+
+    def step(self, x: torch.Tensor, state: RetentionState) -> tuple[torch.Tensor, RetentionState]:
+        """S_n = gamma S_{n-1} + K_n^T V_n, o_n = Q_n S_n (eq. 6)."""
+        position = torch.tensor([state.position], device=x.device)
+        q, k, v = self._project(x.unsqueeze(1), position)
+        q, k, v = q[:, 0], k[:, 0], v[:, 0]  # [B, H, d]
+        gamma = self.log_decay.to(x.dtype).exp()[None, :, None, None]
+        s = gamma * state.s + k.unsqueeze(-1) * v.unsqueeze(-2)
+        y = (q.unsqueeze(-2) @ s).squeeze(-2)
+        return self._combine(x, y.reshape(x.shape[0], self.width)), RetentionState(s, state.position + 1)
+
+    def state_floats(self, length: int) -> int:
+        """Closed form: H d^2 = D^2 / H, whatever the length."""
+        return self.heads * self.head_dim**2
+
+    def flops(self, length: int) -> int:
+        """Q, K, V, gate and output projections 10 T D^2; the parallel form's two T x T products 4 T^2 D."""
+        return 10 * length * self.width**2 + 4 * length**2 * self.width

@@ -1,0 +1,79 @@
+"""State size and FLOPs: measured by running each model, against each architecture's closed form."""
+import pytest
+import torch
+
+from sepbench.config import ModelConfig
+from sepbench.models import MODELS, build_model
+from sepbench.models.accounting import (
+    count_state_floats, forward_flops, measure_flops, measure_state_size, model_cost, paper_flops, state_size,
+)
+
+
+def make(name: str, max_len: int = 40) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(name=name, layers=2, width=16, heads=2), 11, max_len).eval()
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_measured_state_matches_closed_form(name):
+    model = make(name)
+    for length in (1, 9, 23, 40):
+        assert measure_state_size(model, length) == state_size(model, length), length
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_counted_flops_match_closed_form(name):
+    model = make(name)
+    for length in (7, 40):
+        assert measure_flops(model, torch.zeros(1, length, dtype=torch.long)) == forward_flops(model, length), length
+
+
+def test_state_grows_with_length_only_for_attention_caches():
+    grows = {name for name in MODELS.names() if state_size(make(name, 200), 200) > state_size(make(name, 200), 20)}
+    assert grows == {"transformer", "sparse_transformer"}
+    sparse = make("sparse_transformer", 200)  # B = 8: window 8 plus one global per earlier block
+    assert state_size(sparse, 200) == 2 * (2 * 16 * (8 + 24))
+
+
+def test_complex_state_counts_two_floats_per_number():
+    assert count_state_floats([torch.zeros(3, dtype=torch.complex64), torch.zeros(2), torch.zeros(4, dtype=torch.long)]) == 8
+
+
+# Yang et al. 2024, Table 2 (GFLOPs) and the minimum solving widths the spec (seed000 sec. 4.3) derives from it
+TABLE2 = {
+    "transformer": ([64, 128, 128, 128], [0.027, 0.266, 0.426, 0.605]),
+    "sparse_transformer": ([128, 256, 256, 256], [0.106, 1.055, 1.690, 2.399]),
+    "linear_transformer": ([256, 512, 512, 512], [0.422, 4.220, 6.756, 9.584]),
+}
+LENGTHS = [87, 221, 355, 505]
+
+
+@pytest.mark.parametrize("name", ["transformer", "sparse_transformer"])
+def test_paper_flops_reproduce_table_2_exactly(name):
+    widths, printed = TABLE2[name]
+    assert [round(paper_flops(name, d, 3, n) / 1e9, 3) for d, n in zip(widths, LENGTHS)] == printed
+
+
+def test_paper_flops_reproduce_table_2_linear_row_within_a_fifth_of_a_percent():
+    widths, printed = TABLE2["linear_transformer"]
+    for d, n, gf in zip(widths, LENGTHS, printed):
+        assert abs(paper_flops("linear_transformer", d, 3, n) / 1e9 - gf) / gf < 2e-3
+
+
+def test_model_cost_row():
+    cost = model_cost("lstm", width=8, layers=2, length=10, vocab_size=5)
+    assert (cost.parameters, cost.state_floats) == (2 * (4 * 8 * (8 + 8 + 2)) + 5 * 8 + 5 * 8 + 2 * 2 * 8 + 2 * 8, 2 * 2 * 8)
+
+
+def test_models_details_prints_every_architecture(tmp_path):
+    from typer.testing import CliRunner
+
+    from sepbench.cli import app
+
+    result = CliRunner().invoke(app, ["models", "--details", "--width", "16", "--layers", "1", "--length", "64"])
+    assert result.exit_code == 0, result.output
+    for name in MODELS.names():
+        row = next(line for line in result.output.splitlines() if f" {name} " in line)
+        assert f"{model_cost(name, 16, 1, 64).parameters:,}" in row
+    bad = CliRunner().invoke(app, ["models", "--details", "--width", "15"])
+    assert bad.exit_code == 2 and "not divisible by heads" in bad.output

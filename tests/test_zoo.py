@@ -1,0 +1,124 @@
+"""Fast paths against their references, and the papers' details each mixer must get right."""
+import pytest
+import torch
+
+from sepbench.config import ModelConfig
+from sepbench.models import build_model
+from sepbench.models.mixers.linear import feature_map, linear_attention_chunked, linear_attention_reference
+from sepbench.models.mixers.mamba import selective_scan_chunked, selective_scan_reference
+from sepbench.models.mixers.retnet import head_decays
+from sepbench.models.mixers.sparse import allowed_mask, default_block_size
+
+
+def eq6_allowed(i: int, j: int, block: int, k: int, c: int) -> bool:
+    """Yang et al. eq. 6 literally, 1-indexed: i - kB < j <= i, or (j - 1) mod B >= B - c (and j <= i)."""
+    return j <= i and (i - k * block < j or (j - 1) % block >= block - c)
+
+
+@pytest.mark.parametrize("block,k,c", [(4, 1, 1), (4, 2, 1), (3, 1, 2), (8, 1, 1)])
+def test_sparse_mask_is_equation_6(block, k, c):
+    length = 23
+    expected = torch.tensor([[eq6_allowed(i, j, block, k, c) for j in range(1, length + 1)] for i in range(1, length + 1)])
+    assert torch.equal(allowed_mask(length, block, k, c), expected)
+
+
+def test_sparse_default_block_size_follows_the_paper():
+    # Yang et al. sec. 6.1: B = 2^floor(log2 sqrt(L)); the spec lists 8/8/16/16 for L = 87/221/355/505
+    assert [default_block_size(n) for n in (87, 221, 355, 505)] == [8, 8, 16, 16]
+
+
+def sparse_pair(length: int, **options) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    fast = build_model(ModelConfig(name="sparse_transformer", layers=2, width=16, heads=2, options=options), 9, length)
+    torch.manual_seed(0)
+    dense = build_model(ModelConfig(name="sparse_transformer", layers=2, width=16, heads=2,
+                                    options={**options, "dense": True}), 9, length)
+    return fast.double(), dense.double()
+
+
+@pytest.mark.parametrize("length,options", [(30, {}), (37, {"block": 4, "k": 2}), (21, {"block": 5, "c": 2}), (3, {"block": 4})])
+def test_sparse_block_path_matches_dense_mask_reference(length, options):
+    fast, dense = sparse_pair(length, **options)
+    tokens = torch.randint(0, 9, (2, length))
+    logits = fast(tokens)
+    torch.testing.assert_close(logits, dense(tokens), rtol=1e-10, atol=1e-10)
+    logits.sum().backward()
+    dense(tokens).sum().backward()
+    for (name, a), (_, b) in zip(fast.named_parameters(), dense.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_sparse_block_path_scores_far_fewer_pairs_than_dense():
+    fast, dense = sparse_pair(1024)
+    assert fast.blocks[0].mixer.flops(1024) * 4 < dense.blocks[0].mixer.flops(1024)
+
+
+@pytest.mark.parametrize("length,chunk", [(1, 4), (17, 4), (16, 16), (33, 64), (20, 7)])
+def test_linear_chunked_form_matches_quadratic_reference(length, chunk):
+    torch.manual_seed(length)
+    q, k = (feature_map(torch.randn(2, 3, length, 5, dtype=torch.double)) for _ in range(2))
+    v = torch.randn(2, 3, length, 5, dtype=torch.double)
+    torch.testing.assert_close(linear_attention_chunked(q, k, v, chunk), linear_attention_reference(q, k, v))
+
+
+def test_linear_state_is_the_prefix_sum_of_equations_16_to_19():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="linear_transformer", layers=1, width=8, heads=2), 5, 10).double()
+    mixer = model.blocks[0].mixer
+    x = torch.randn(1, 6, 8, dtype=torch.double)
+    state = mixer.init_state(1, x.device, x.dtype)
+    for t in range(6):
+        _, state = mixer.step(x[:, t], state)
+    _, k, v = mixer._split(x)  # [1, T, H, d]
+    torch.testing.assert_close(state.s, torch.einsum("bthi,bthj->bhij", k, v))
+    torch.testing.assert_close(state.z, k.sum(1))
+
+
+@pytest.mark.parametrize("length,chunk", [(1, None), (10, None), (37, 5), (64, 64), (50, 1)])
+def test_mamba_chunked_scan_matches_step_by_step_reference(length, chunk):
+    torch.manual_seed(length)
+    decay = (-3 * torch.rand(2, length, 3, 4, dtype=torch.double)).requires_grad_()
+    drive = torch.randn(2, length, 3, 4, dtype=torch.double, requires_grad=True)
+    fast = selective_scan_chunked(decay, drive, chunk)
+    slow = selective_scan_reference(decay, drive)
+    torch.testing.assert_close(fast, slow)
+    weights = torch.randn_like(slow)
+    fast_grads = torch.autograd.grad((fast * weights).sum(), (decay, drive))
+    slow_grads = torch.autograd.grad((slow * weights).sum(), (decay, drive))
+    for a, b in zip(fast_grads, slow_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_mamba_selection_depends_on_the_input():
+    torch.manual_seed(0)
+    mixer = build_model(ModelConfig(name="mamba", layers=1, width=16), 5, 8).blocks[0].mixer
+    delta, b, c = mixer._ssm_inputs(torch.randn(2, 8, mixer.inner))
+    assert delta.min() > 0 and delta[0].std(0).mean() > 0 and b[0].std(0).mean() > 0 and c[0].std(0).mean() > 0
+
+
+def test_retnet_decays_are_one_per_head():
+    assert torch.allclose(head_decays(4), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128, 1 - 1 / 256], dtype=torch.double))
+
+
+def test_dss_starts_from_the_hippo_normal_spectrum():
+    mixer = build_model(ModelConfig(name="dss", layers=1, width=4, options={"state": 8}), 5, 8).blocks[0].mixer
+    real = -mixer.log_neg_real.exp()
+    assert torch.allclose(real, torch.full_like(real, -0.5)) and (mixer.imag > 0).all()
+    assert torch.all(mixer.imag[1:] > mixer.imag[:-1])
+
+
+def test_unknown_mixer_option_is_a_config_error():
+    from sepbench.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="sparse_transformer"):
+        RunConfig.build({"model": {"name": "sparse_transformer", "options": {"window": 3}}})
+
+
+def test_mamba_model_with_chunked_scan_matches_the_reference_scan():
+    tokens = torch.randint(0, 9, (2, 30))
+    outputs = []
+    for scan in ("chunked", "reference"):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name="mamba", layers=2, width=16, options={"scan": scan}), 9, 30).double()
+        outputs.append(model(tokens))
+    torch.testing.assert_close(outputs[0], outputs[1])
