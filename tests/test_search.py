@@ -1,8 +1,10 @@
 import numpy as np
+import torch
 import pytest
 from typer.testing import CliRunner
 
-from sepbench import RunConfig, Store
+from sepbench import RunConfig, Store, build_model, build_task
+from sepbench.models.accounting import measure_flops
 from sepbench.cli import app
 from sepbench.config import apply_overrides
 from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
@@ -123,6 +125,7 @@ def test_min_flops_picks_the_cheapest_solving_size():
     (row,) = min_flops_table(runs).to_dict("records")
     assert row["width"] == 16 and row["gflops"] == pytest.approx(estimate_forward_flops(runs[3].config) / 1e9)
     assert estimate_forward_flops(runs[6].config) > estimate_forward_flops(runs[3].config) > 0
+    assert row["paper_gflops"] == pytest.approx((12 + 2) * (2 * 1 * 12 * 16**2 + 1.4e4) / 1e9)  # Yang et al. Table 2
 
 
 def test_forward_flops_grow_with_length_and_width():
@@ -130,6 +133,10 @@ def test_forward_flops_grow_with_length_and_width():
     assert estimate_forward_flops(small, 40) > 1.9 * estimate_forward_flops(small, 20)
     wide = RunConfig.build({"task": {"length": 20}, "model": {"name": "transformer", "width": 64}})
     assert estimate_forward_flops(wide) > 3 * estimate_forward_flops(small)
+    task = build_task("index_lookup", 20)
+    tokens = task.max_seq_len(20)
+    model = build_model(wide.model, task.vocab_size, tokens)
+    assert estimate_forward_flops(wide) == measure_flops(model, torch.zeros(1, tokens, dtype=torch.long))
 
 
 @pytest.mark.parametrize("args, fragment", [

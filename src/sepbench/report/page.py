@@ -57,7 +57,8 @@ def flops_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
     best = min_flops_table(results, rule)
     if best.empty:
         return best
-    best["cell"] = [f"{g:.4g} ({layers}, {width})" for g, layers, width in zip(best.gflops, best.layers, best.width)]
+    best["cell"] = [f"{g:.4g} [{paper:.4g}] ({layers}, {width})"
+                    for g, paper, layers, width in zip(best.gflops, best.paper_gflops, best.layers, best.width)]
     best["row"] = best.task + " / " + best.model
     return best.pivot(index="row", columns="length", values="cell").fillna("not solved")
 
@@ -89,7 +90,8 @@ def build_page(sections: list[tuple[str, list[DrawnFigure]]], flops: pd.DataFram
             parts.append('<p class="empty">No stored runs for this figure.</p>')
     parts.append("<h2>Minimum FLOPs to reach the threshold</h2>"
                  f"<p>Mirrors Yang et al. 2024, Table 2: per task and model, the forward GFLOPs of one sequence for "
-                 f"the cheapest size (layers, width) that is solved ({html.escape(str(flops_rule))}).</p>")
+                 f"the cheapest size (layers, width) that is solved ({html.escape(str(flops_rule))}); in brackets, the "
+                 f"same size counted by Table 2's convention (no attention term).</p>")
     parts.append(_table_html(flops) if not flops.empty else '<p class="empty">No size reaches the threshold.</p>')
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>sepbench report</title>'
