@@ -17,8 +17,9 @@ from sepbench.train.result import EvalPoint, RunResult
 
 runner = CliRunner()
 LENGTHS, WIDTHS = [12, 24, 48], [4, 8, 16, 32]
-LAWS = {"transformer": lambda n: 8, "lstm": lambda n: n // 2}
-FIGURES = ["heatmaps", "accuracy_vs_length_index_lookup", "validation_curves_index_lookup", "min_width_index_lookup"]
+LAWS = {"transformer": lambda n: 8, "lstm": lambda n: n // 2, "linear_transformer": lambda n: n}
+FIGURES = ["heatmaps", "accuracy_vs_length_index_lookup", "validation_curves_index_lookup", "min_width_index_lookup",
+           "softmax_vs_linear_index_lookup"]
 
 CHECK = """<script>
 window.__problems = [];
@@ -61,7 +62,7 @@ def report_dir(tmp_path):
         store.put(result)
     done = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(root / "out")], terminal_width=300)
     assert done.exit_code == 0, done.output
-    assert f"report of {len(store)} runs: 4 figures" in done.stdout and str(root / "out" / "index.html") in done.stdout
+    assert f"report of {len(store)} runs: {len(FIGURES)} figures" in done.stdout and str(root / "out" / "index.html") in done.stdout
     return root / "out"
 
 
@@ -75,11 +76,14 @@ def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromiu
                      "Bhattamishra et al. 2024, Fig. 2 (middle, right)", "Bhattamishra et al. 2024, Fig. 3",
                      "Yang et al. 2024, Table 2"]:
         assert mirrored in page
-    assert "No stored runs for this figure" in page  # no linear attention runs: that section says so
+    assert "No stored runs for this figure" not in page and "Deng et al., Figs. 3-5 and 7" in page
     flops = pd.read_csv(report_dir / "min_flops.csv", index_col="row")
     assert list(flops.columns) == ["12", "24", "48"]
     assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / lstm"]] == [["(1,", f"{w})"] for w in (8, 16, 32)]
     assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / transformer"]] == [["(1,", "8)"]] * 3
+    assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / linear_transformer"][:2]] == [["(1,", "16)"],
+                                                                                                   ["(1,", "32)"]]
+    assert flops.loc["index_lookup / linear_transformer", "48"] == "not solved"
     check_in_browser(report_dir, tmp_path)
 
 
@@ -92,7 +96,7 @@ def test_min_width_plot_fits_the_known_law_and_draws_bounds_from_the_hook():
 
     (figure,) = min_width_vs_length(law_results(), SolvedRule(), bounds=bounds)
     labels = [line.get_label() for line in figure.figure.axes[0].get_lines()]
-    assert calls == [("index_lookup", ("lstm", "transformer"), tuple(LENGTHS))]
+    assert calls == [("index_lookup", ("linear_transformer", "lstm", "transformer"), tuple(LENGTHS))]
     assert "lstm, 1 layer: alpha = 1.00 [1.00, 1.00]" in labels and "bound: RNN >= N / p" in labels
     (flat,) = [label for label in labels if label.startswith("transformer, 1 layer: alpha = ")]
     alpha, low, high = map(float, re.findall(r"-?\d+\.\d+", flat))
