@@ -304,7 +304,8 @@ def minwidth(
     progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
     search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
-    table = Table(title=f"smallest width: {model}, {cfg.model.layers} layers, on {task}; solved = {rule}")
+    depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
+    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
     table.add_column("length N", justify="right")
     table.add_column("smallest width", justify="right")
     table.add_column("widths evaluated")
