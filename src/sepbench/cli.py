@@ -5,18 +5,20 @@ import sys
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
-
-from pydantic import ValidationError
 
 from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
 from sepbench.registry import UnknownNameError
+
+if TYPE_CHECKING:
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -151,11 +153,11 @@ def run(
     _print_result(result, db.path)
 
 
-def _parse_lengths(text: str) -> list[int]:
+def _parse_lengths(text: str, flag: str = "--eval-lengths") -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ConfigError(f"--eval-lengths expects comma-separated integers, got '{text}'") from None
+        raise ConfigError(f"{flag} expects comma-separated integers, got '{text}'") from None
 
 
 def _print_result(result, path: Path) -> None:
@@ -365,6 +367,86 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+@app.command("softmax-vs-linear")
+def softmax_vs_linear(
+    figure: str = typer.Argument(..., help="a figure id (fig3a, fig3b, fig4a-f, fig5a-f, fig7a-e) or 'learned'"),
+    out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
+    trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
+    seed: Optional[int] = typer.Option(None, help="base seed; point i uses seed + i [default: the config's]"),
+    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs [default: configs/deng2023]"),
+    lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
+    steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
+    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+) -> None:
+    """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): one figure's sweep."""
+    from sepbench.store import Store
+    from sepbench.theory.softmax_vs_linear import figures
+
+    with bad_input_exits():
+        where = _device(device)
+        if figure == "learned":
+            learned = _learned_config(lengths, steps, seed)
+        else:
+            config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
+    if figure == "learned":
+        _run_learned(learned, out_dir, where)
+        return
+    err.print(f"{config.figure}: {config.title} ({figures.RECONSTRUCTED})", markup=False, highlight=False)
+    frame = figures.run_figure(config, trials, seed, where, on_point=lambda row: err.print(
+        f"  {row['parameter']}={row['value']:g}: E {row['successes']}/{row['trials']} ({row['seconds']:.2f}s)",
+        markup=False, highlight=False))
+    csv, png = figures.write_outputs(frame, config, out_dir)
+    db = Store(store)
+    db.put_softmax_vs_linear(figures.store_rows(frame))
+    table = Table(config.parameter, "E", "trials", "F_exp(D0)=0", "F_exp(D1)>0", "F_lin(D0)=0", "F_lin(D1)=0",
+                  title=f"{config.figure}: {config.title}", caption=figures.RECONSTRUCTED)
+    for row in frame.itertuples(index=False):
+        table.add_row(f"{row.value:g}", str(row.successes), str(row.trials), str(row.exp_d0_zero),
+                      str(row.exp_d1_positive), str(row.lin_d0_zero), str(row.lin_d1_zero))
+    out.print(table)
+    out.print(f"wrote {csv} and {png}; {len(frame)} points stored in {db.path}")
+
+
+def _device(name: str) -> str:
+    from sepbench.train.environment import resolve_device
+
+    try:
+        return str(resolve_device(name))
+    except (ValueError, RuntimeError) as problem:
+        raise ConfigError(f"--device: {problem}".splitlines()[0]) from None
+
+
+def _learned_config(lengths: str | None, steps: int | None, seed: int | None) -> LearnedConfig:
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
+
+    fields = {"lengths": _parse_lengths(lengths, "--lengths") if lengths else None, "steps": steps, "seed": seed}
+    try:
+        return LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        raise ConfigError(f"learned {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
+    from sepbench.theory.softmax_vs_linear.learned import run_learned
+
+    err.print(f"learned classifiers on R2 data ({config.describe()})", markup=False, highlight=False)
+    frame = run_learned(config, device, on_result=lambda row: err.print(
+        f"  n={row['n']} {row['kind']}: test accuracy {row['test_accuracy']:.3f} ({row['seconds']:.1f}s)",
+        markup=False, highlight=False))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "learned.csv"
+    path.write_text("# learned one-layer classifiers on reconstructed R2 data (docs/softmax_vs_linear.md); settings ours\n"
+                    + frame.to_csv(index=False))
+    wide = frame.pivot(index="n", columns="kind", values="test_accuracy")
+    table = Table("n", "softmax test acc", "linear test acc", title="learned D0-vs-D1 classifiers (R2 data, reconstructed)")
+    for n, row in wide.iterrows():
+        table.add_row(str(n), f"{row['exp']:.3f}", f"{row['lin']:.3f}")
+    out.print(table)
+    out.print(f"wrote {path}")
 
 
 def main() -> None:

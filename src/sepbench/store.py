@@ -36,6 +36,31 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_task_model ON runs (task, model, length, width);
 """
 
+SOFTMAX_VS_LINEAR_SCHEMA = """
+CREATE TABLE IF NOT EXISTS softmax_vs_linear (
+    point_key TEXT PRIMARY KEY,
+    figure TEXT NOT NULL,
+    parameter TEXT NOT NULL,
+    value REAL NOT NULL,
+    model TEXT NOT NULL,
+    successes INTEGER NOT NULL,
+    trials INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    exp_d0_zero INTEGER,
+    exp_d1_positive INTEGER,
+    lin_d0_zero INTEGER,
+    lin_d1_zero INTEGER,
+    seconds REAL,
+    setting TEXT NOT NULL,
+    created_at TEXT
+);
+CREATE INDEX IF NOT EXISTS softmax_vs_linear_figure ON softmax_vs_linear (figure, model, value);
+"""
+
+SOFTMAX_VS_LINEAR_COLUMNS = ["point_key", "figure", "parameter", "value", "model", "successes", "trials", "seed",
+                             "exp_d0_zero", "exp_d1_positive", "lin_d0_zero", "lin_d1_zero", "seconds", "setting",
+                             "created_at"]
+
 COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy",
            "steps", "steps_to_threshold", "wall_seconds", "created_at"]
 
@@ -60,6 +85,7 @@ class Store:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=60000")
             conn.executescript(SCHEMA)
+            conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
             yield conn
 
     def put(self, result: RunResult) -> None:
@@ -101,6 +127,26 @@ class Store:
             rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs{sql} ORDER BY created_at, config_hash", args)
             return pd.DataFrame(rows.fetchall(), columns=COLUMNS)
 
+    def put_softmax_vs_linear(self, rows: list[dict[str, Any]]) -> None:
+        """Experiment points of the softmax-vs-linear sweeps, all in one transaction (same point_key replaces)."""
+        missing = [c for c in SOFTMAX_VS_LINEAR_COLUMNS if any(c not in row for row in rows)]
+        if missing:
+            raise ValueError(f"softmax_vs_linear rows lack {', '.join(missing)}")
+        values = [tuple(row[c] for c in SOFTMAX_VS_LINEAR_COLUMNS) for row in rows]
+        placeholders = ", ".join("?" * len(SOFTMAX_VS_LINEAR_COLUMNS))
+        with self._connect() as conn, conn:
+            conn.executemany(f"INSERT OR REPLACE INTO softmax_vs_linear VALUES ({placeholders})", values)
+
+    def query_softmax_vs_linear(self, **where: Any) -> pd.DataFrame:
+        """Stored softmax-vs-linear points, optionally filtered (figure=..., model=..., ...)."""
+        sql, args = self._where(where, SOFTMAX_VS_LINEAR_COLUMNS)
+        if not self.path.exists():
+            return pd.DataFrame(columns=SOFTMAX_VS_LINEAR_COLUMNS)
+        with self._connect() as conn:
+            rows = conn.execute(f"SELECT {', '.join(SOFTMAX_VS_LINEAR_COLUMNS)} FROM softmax_vs_linear{sql} "
+                                "ORDER BY figure, model, value, seed", args)
+            return pd.DataFrame(rows.fetchall(), columns=SOFTMAX_VS_LINEAR_COLUMNS)
+
     def __len__(self) -> int:
         if not self.path.exists():
             return 0
@@ -108,10 +154,10 @@ class Store:
             return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
     @staticmethod
-    def _where(where: dict[str, Any]) -> tuple[str, list[Any]]:
-        unknown = set(where) - set(COLUMNS)
+    def _where(where: dict[str, Any], columns: list[str] = COLUMNS) -> tuple[str, list[Any]]:
+        unknown = set(where) - set(columns)
         if unknown:
-            raise ValueError(f"cannot filter on {', '.join(sorted(unknown))}; allowed: {', '.join(COLUMNS)}")
+            raise ValueError(f"cannot filter on {', '.join(sorted(unknown))}; allowed: {', '.join(columns)}")
         if not where:
             return "", []
         return " WHERE " + " AND ".join(f"{k} = ?" for k in where), list(where.values())
