@@ -19,7 +19,7 @@ runner = CliRunner()
 LENGTHS, WIDTHS = [12, 24, 48], [4, 8, 16, 32]
 LAWS = {"transformer": lambda n: 8, "lstm": lambda n: n // 2, "linear_transformer": lambda n: n}
 FIGURES = ["heatmaps", "accuracy_vs_length_index_lookup", "validation_curves_index_lookup", "min_width_index_lookup",
-           "softmax_vs_linear_index_lookup"]
+           "softmax_vs_linear_index_lookup", "deng_fig4a"]
 
 CHECK = """<script>
 window.__problems = [];
@@ -60,6 +60,10 @@ def report_dir(tmp_path):
     store = Store(root / "runs.db")
     for result in law_results():
         store.put(result)
+    store.put_softmax_vs_linear([{"point_key": f"fig4a-{v}", "figure": "fig4a", "parameter": "m", "value": v,
+                                  "model": "self", "successes": s, "trials": 100, "seed": 0, "exp_d0_zero": 100,
+                                  "exp_d1_positive": s, "lin_d0_zero": 100, "lin_d1_zero": 100, "seconds": 0.1,
+                                  "setting": "{}", "created_at": ""} for v, s in [(1, 40), (2, 70), (4, 95)]])
     done = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(root / "out")], terminal_width=300)
     assert done.exit_code == 0, done.output
     assert f"report of {len(store)} runs: {len(FIGURES)} figures" in done.stdout and str(root / "out" / "index.html") in done.stdout
@@ -77,6 +81,7 @@ def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromiu
                      "Yang et al. 2024, Table 2"]:
         assert mirrored in page
     assert "No stored runs for this figure" not in page and "Deng et al., Figs. 3-5 and 7" in page
+    assert "Deng et al., Fig. 4 (a)" in page
     flops = pd.read_csv(report_dir / "min_flops.csv", index_col="row")
     assert list(flops.columns) == ["12", "24", "48"]
     assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / lstm"]] == [["(1,", f"{w})"] for w in (8, 16, 32)]

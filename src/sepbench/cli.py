@@ -352,8 +352,9 @@ def report(
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
-        results = db.results()
-    outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule)
+        results, random_networks = db.results(), db.query_softmax_vs_linear()
+    outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
+                           random_networks=random_networks)
     out.print(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})",
               highlight=False, soft_wrap=True)
     out.print(f"open {outcome.page.resolve()}", highlight=False, soft_wrap=True)

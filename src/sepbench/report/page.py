@@ -12,7 +12,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sepbench.report.figures import SECTIONS, Figure, size_cells
+from sepbench.report.figures import SECTIONS, Figure, random_network_experiments, size_cells
 from sepbench.sweep.search import SolvedRule, min_flops_table
 from sepbench.train.result import RunResult
 
@@ -99,13 +99,20 @@ def build_page(sections: list[tuple[str, list[DrawnFigure]]], flops: pd.DataFram
 
 
 def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str = "store",
-                 rule: SolvedRule = SolvedRule(), flops_rule: SolvedRule = SolvedRule(0.9)) -> ReportOutcome:
-    """Draw every figure the runs support, then write ``index.html``, ``figures/*.{png,svg}`` and ``min_flops.csv``."""
+                 rule: SolvedRule = SolvedRule(), flops_rule: SolvedRule = SolvedRule(0.9),
+                 random_networks: pd.DataFrame | None = None) -> ReportOutcome:
+    """Draw every figure the runs support, then write ``index.html``, ``figures/*.{png,svg}`` and ``min_flops.csv``.
+
+    ``random_networks``: stored Deng et al. experiment points (``Store.query_softmax_vs_linear()``), if any.
+    """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out must be a directory, but {out} is a file")
     cells = size_cells(results, rule)
     sections = [(title, [_render(f) for f in make(results, cells, rule)]) for title, make in SECTIONS]
+    if random_networks is not None and not random_networks.empty:
+        sections.append(("Softmax against linear attention: random networks",
+                         [_render(f) for f in random_network_experiments(random_networks)]))
     flops = flops_table(results, flops_rule)
     page = build_page(sections, flops, len(results), source, rule, flops_rule)
 
