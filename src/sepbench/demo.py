@@ -32,7 +32,7 @@ def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = RE
     configs = spec.expand()
     store = Store(store_path)
     workers = min(workers, os.cpu_count() or 1)
-    todo = pending(configs, store)
+    todo = sorted(pending(configs, store), key=lambda cfg: -cfg.task.length)  # longest first: the workers finish together
     console.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {store.path}, "
                   f"{len(todo)} to train on {workers} workers", highlight=False, soft_wrap=True)
     with SweepProgress(spec.name, len(todo), console) as progress:
