@@ -19,6 +19,8 @@ demo: $(STAMP)
 	$(BIN)/python -m sepbench.demo
 
 test: $(STAMP)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y chromium; } \
+		|| echo "note: the report's browser test needs Debian's chromium (apt-get install -y chromium)"
 	$(BIN)/python -m pytest -q -n 2
 
 bench: $(STAMP)

@@ -12,8 +12,6 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from pydantic import ValidationError
-
 from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
@@ -343,6 +341,168 @@ def bounds(
             table.add_row(str(row.length), row.theorem, row.architecture, row.quantity, f"{row.value:.4g}",
                           str(row.minimum), row.statement)
         out.print(table)
+
+
+class SweepBackend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+@app.command("sweep")
+def sweep(
+    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time (processes, or Ray CPUs on a local instance)"),
+    backend: SweepBackend = typer.Option(SweepBackend.local, help="local: a process pool; ray: one Ray task per run"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
+    device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+) -> None:
+    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume."""
+    from sepbench.store import Store
+    from sepbench.sweep import SweepSpec, pending, run_sweep
+    from sepbench.sweep.progress import SweepProgress
+
+    with bad_input_exits():
+        spec = SweepSpec.from_yaml(spec_file)
+        if device is not None:
+            spec.base = apply_overrides(spec.base, {"device": device})
+        configs = spec.expand()
+    db = Store(store)
+    todo = pending(configs, db)
+    out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
+              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+    if dry_run:
+        for cfg in todo:
+            flat = _flatten(cfg.model_dump(mode="json"))
+            out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
+                      highlight=False, soft_wrap=True)
+        return
+    with SweepProgress(spec.name, len(todo), err) as progress:
+        try:
+            outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
+                                on_result=progress.advance)
+        except RuntimeError as problem:
+            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(BAD_INPUT) from None
+    failed = len(outcome.failed)
+    out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
+              f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
+def _parse_ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} expects comma-separated integers, got '{text}'") from None
+    if not values:
+        raise ConfigError(f"{option} expects at least one integer")
+    return values
+
+
+@app.command("minwidth")
+def minwidth(
+    task: str = typer.Option(..., help="task name (see `sepbench tasks`)"),
+    model: str = typer.Option(..., help="model name (see `sepbench models`)"),
+    lengths: str = typer.Option(..., help="task sizes N, comma-separated"),
+    widths: str = typer.Option(..., help="width grid to search, comma-separated"),
+    layers: Optional[int] = typer.Option(None, help="number of blocks"),
+    steps: Optional[int] = typer.Option(None, help="training steps per run"),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many (seeds 0..m-1)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
+    assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
+    resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
+) -> None:
+    """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law."""
+    from sepbench.store import Store
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
+
+    with bad_input_exits():
+        try:
+            rule = SolvedRule(threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+        grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+        data = load_yaml(config) if config else {}
+        flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
+        base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
+                               parse_assignments(assignments))
+        for n in grid_lengths:
+            for w in grid_widths:
+                RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+    db = Store(store)
+    most_visited = len(set(grid_widths)).bit_length()
+    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
+    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
+    cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
+    depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
+    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
+    table.add_column("length N", justify="right")
+    table.add_column("smallest width", justify="right")
+    table.add_column("widths evaluated")
+    for n, w in search.smallest.items():
+        tried = ", ".join(f"{x}:{'solved' if ok else 'no'}" for x, ok in sorted(search.checked[n].items()))
+        table.add_row(str(n), "none in grid" if w is None else str(w), tried)
+    out.print(table)
+    try:
+        power, log = fit_power_law(search.smallest, resamples=resamples), fit_log_law(search.smallest)
+    except ValueError as problem:
+        out.print(f"no fit: {problem}", highlight=False)
+    else:
+        out.print(f"width ~ c * N^alpha: alpha = {power.alpha:.3f}, {power.level:.0%} bootstrap CI "
+                  f"[{power.alpha_low:.3f}, {power.alpha_high:.3f}] ({power.resamples} resamples), c = {power.c:.3g}, "
+                  f"rmse = {power.rmse:.3g}", highlight=False, soft_wrap=True)
+        out.print(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}",
+                  highlight=False, soft_wrap=True)
+    out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
+@app.command("report")
+def report(
+    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.png|svg and min_flops.csv"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many"),
+    flops_threshold: float = typer.Option(0.9, help="threshold of the min-FLOPs table (Yang et al. 2024, Table 2)"),
+) -> None:
+    """Write a self-contained HTML report and every figure as PNG and SVG from the stored runs."""
+    from sepbench.report import write_report
+    from sepbench.store import Store
+    from sepbench.sweep.search import SolvedRule
+
+    with bad_input_exits():
+        try:
+            rule, flops_rule = SolvedRule(threshold, k, m), SolvedRule(flops_threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+        db = Store(store)
+        if not db.path.exists():
+            raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
+        results, random_networks = db.results(), db.query_softmax_vs_linear()
+    outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
+                           random_networks=random_networks)
+    out.print(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})",
+              highlight=False, soft_wrap=True)
+    out.print(f"open {outcome.page.resolve()}", highlight=False, soft_wrap=True)
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 @app.command("softmax-vs-linear")

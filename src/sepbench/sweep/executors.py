@@ -1,0 +1,156 @@
+"""Run a list of configs on a process pool or on Ray; every result lands in the one SQLite store."""
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Iterable, Literal
+
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.train.result import RunResult
+
+Backend = Literal["local", "ray"]
+OnResult = Callable[[RunResult], None]
+
+
+def failed_result(config: RunConfig, error: BaseException) -> RunResult:
+    """A run that raised: recorded with its error so the sweep goes on and the grid shows the hole."""
+    last = traceback.format_exception_only(type(error), error)[-1].strip()
+    return RunResult(config=config, config_hash=config.config_hash(), status="failed", error=last,
+                     created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def execute(config: RunConfig) -> RunResult:
+    """Train one run; an exception becomes a 'failed' result instead of ending the sweep."""
+    from sepbench.train import train
+
+    try:
+        return train(config, progress=False)
+    except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
+        return failed_result(config, error)
+
+
+def _single_threaded() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _run_and_store(config_json: str, store_path: str) -> str:
+    """Pool worker: train, write to the store from this process, send the result back as JSON."""
+    result = execute(RunConfig.model_validate_json(config_json))
+    Store(store_path).put(result)
+    return result.model_dump_json()
+
+
+def _run_remote(config_json: str) -> str:
+    """Ray task: train wherever Ray placed it and send the result back for the driver to store."""
+    _single_threaded()
+    return execute(RunConfig.model_validate_json(config_json)).model_dump_json()
+
+
+def pending(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
+    """The configs whose hash the store does not hold yet."""
+    done = set(store.query().config_hash) if store.path.exists() else set()
+    return [cfg for cfg in configs if cfg.config_hash() not in done]
+
+
+def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult) -> None:
+    """One run after another in this process (no pool start-up; for one worker)."""
+    for cfg in configs:
+        result = execute(cfg)
+        store.put(result)
+        on_result(result)
+
+
+def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult) -> None:
+    """A process pool of ``workers`` single-threaded processes (spawn: no forked torch state)."""
+    if not configs:
+        return
+    context = multiprocessing.get_context("spawn")
+    path = str(store.path.resolve())
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_single_threaded) as pool:
+        futures = {pool.submit(_run_and_store, cfg.model_dump_json(), path): cfg for cfg in configs}
+        remaining = set(futures)
+        while remaining:
+            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for future in finished:
+                try:
+                    result = RunResult.model_validate_json(future.result())
+                except Exception as error:  # noqa: BLE001 - a worker that died takes only its run with it
+                    result = failed_result(futures[future], error)
+                    store.put(result)
+                on_result(result)
+
+
+def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
+            address: str | None = None) -> None:
+    """Each run a Ray task (one CPU) on the cluster at ``address``, or on a local instance of ``workers`` CPUs."""
+    if not configs:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--backend ray needs the 'ray' package: pip install -r requirements-dev.txt") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        options = {"address": address} if address else {"num_cpus": workers}
+        ray.init(include_dashboard=False, log_to_driver=False, **options)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
+        refs = {remote.remote(cfg.model_dump_json()): cfg for cfg in configs}
+        remaining = list(refs)
+        while remaining:
+            finished, remaining = ray.wait(remaining, num_returns=1)
+            for ref in finished:
+                try:
+                    result = RunResult.model_validate_json(ray.get(ref))
+                except Exception as error:  # noqa: BLE001 - a lost worker fails only its run
+                    result = failed_result(refs[ref], error)
+                store.put(result)
+                on_result(result)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+@dataclass
+class SweepOutcome:
+    """What one ``run_sweep`` call did."""
+
+    total: int
+    skipped: int
+    results: list[RunResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results if r.status in ("failed", "diverged")]
+
+
+def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend: Backend = "local",
+              address: str | None = None, on_result: OnResult | None = None) -> SweepOutcome:
+    """Run every config the store lacks; results are stored as they finish, so a killed sweep resumes."""
+    todo = pending(configs, store)
+    outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo))
+    start = time.perf_counter()
+
+    def collect(result: RunResult) -> None:
+        outcome.results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    if backend == "ray":
+        run_ray(todo, store, workers, collect, address)
+    elif backend == "local" and workers == 1:
+        run_inline(todo, store, collect)
+    elif backend == "local":
+        run_local(todo, store, workers, collect)
+    else:
+        raise ValueError(f"unknown backend '{backend}'; allowed: local, ray")
+    outcome.seconds = time.perf_counter() - start
+    return outcome

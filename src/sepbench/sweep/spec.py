@@ -1,0 +1,117 @@
+"""SweepSpec: a base RunConfig, grid axes, zipped axes, seeds and a learning-rate grid, read from YAML."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from sepbench.config import (ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error,
+                             load_yaml, qualify_key)
+
+LR_KEY = "train.lr"
+SEED_KEY = "seed"
+
+
+class SweepSpec(StrictModel):
+    """A grid of runs: every combination of the ``grid`` axes, of each ``zip`` group, of ``lr_grid`` and ``seeds``.
+
+    ``grid`` and ``zip`` map dotted config keys (``model.width``, ``task.options.alphabet_size``) to lists of
+    values; the keys of one ``zip`` group vary together and must have equally long lists.
+    """
+
+    name: str = Field("sweep", min_length=1, description="names the sweep in progress lines and reports")
+    base: dict[str, Any] = Field(default_factory=dict, description="a RunConfig mapping shared by every run")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values (cartesian product)")
+    zipped: list[dict[str, list[Any]]] = Field(default_factory=list, alias="zip",
+                                               description="groups of dotted keys varied together")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="seeds for every cell")
+    lr_grid: list[float] | None = Field(None, min_length=1, description="learning rates tried in every cell")
+
+    model_config = StrictModel.model_config | {"populate_by_name": True}
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_axes_not_empty(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in grid.items():
+            if not values:
+                raise ValueError(f"grid axis '{key}' has no values")
+        return grid
+
+    @field_validator("zipped")
+    @classmethod
+    def _zip_groups_aligned(cls, groups: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
+        for group in groups:
+            sizes = {key: len(values) for key, values in group.items()}
+            if not group or len(set(sizes.values())) != 1 or 0 in sizes.values():
+                raise ValueError(f"zip group {sorted(group)} needs non-empty lists of one length, got lengths {sizes}")
+        return groups
+
+    @field_validator("lr_grid")
+    @classmethod
+    def _positive_lrs(cls, lrs: list[float] | None) -> list[float] | None:
+        if lrs is not None and any(lr <= 0 for lr in lrs):
+            raise ValueError(f"lr_grid values must be > 0, got {lrs}")
+        return lrs
+
+    @model_validator(mode="after")
+    def _keys_known_and_distinct(self) -> "SweepSpec":
+        seen: dict[str, str] = {}
+        axes = [("grid", list(self.grid))] + [(f"zip[{i}]", list(g)) for i, g in enumerate(self.zipped)]
+        axes += [("seeds", [SEED_KEY])] + ([("lr_grid", [LR_KEY])] if self.lr_grid is not None else [])
+        for where, keys in axes:
+            for key in keys:
+                dotted = ".".join(qualify_key(key))
+                if dotted in seen:
+                    raise ValueError(f"'{dotted}' is swept twice (in {seen[dotted]} and {where})")
+                seen[dotted] = where
+        return self
+
+    @property
+    def axes(self) -> list[str]:
+        """The dotted keys that vary from run to run, seed and learning rate last."""
+        keys = [".".join(qualify_key(k)) for k in self.grid]
+        keys += [".".join(qualify_key(k)) for group in self.zipped for k in group]
+        return keys + ([LR_KEY] if self.lr_grid is not None else []) + [SEED_KEY]
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every run as the overrides it applies to ``base``, in a stable order (seed varies fastest)."""
+        factors: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.grid.items()]
+        for group in self.zipped:
+            size = len(next(iter(group.values())))
+            factors.append([{key: values[i] for key, values in group.items()} for i in range(size)])
+        if self.lr_grid is not None:
+            factors.append([{LR_KEY: lr} for lr in self.lr_grid])
+        factors.append([{SEED_KEY: seed} for seed in self.seeds])
+        return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*factors)]
+
+    def expand(self) -> list[RunConfig]:
+        """One validated RunConfig per point; duplicates (same config hash) appear once."""
+        configs: dict[str, RunConfig] = {}
+        for point in self.points():
+            try:
+                cfg = RunConfig.build(apply_overrides(self.base, point))
+            except ConfigError as problem:
+                shown = ", ".join(f"{k}={v}" for k, v in point.items())
+                raise ConfigError(f"sweep '{self.name}', run {{{shown}}}: {problem}") from None
+            configs.setdefault(cfg.config_hash(), cfg)
+        return list(configs.values())
+
+    @classmethod
+    def build(cls, data: dict[str, Any], source: str = "sweep spec") -> "SweepSpec":
+        """Validate a mapping; any problem becomes a one-line ConfigError."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            if first["type"] == "extra_forbidden":
+                allowed = ", ".join(f.alias or name for name, f in cls.model_fields.items())
+                raise ConfigError(f"{source}: unknown field '{first['loc'][0]}'; allowed: {allowed}") from None
+            raise ConfigError(f"{source}: {describe_validation_error(err)}") from None
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "SweepSpec":
+        return cls.build(load_yaml(path), source=f"sweep spec {path}")

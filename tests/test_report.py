@@ -1,0 +1,162 @@
+import json
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sepbench import RunConfig, Store
+from sepbench.cli import app
+from sepbench.config import apply_overrides
+from sepbench.report.figures import min_width_vs_length
+from sepbench.sweep.search import SolvedRule
+from sepbench.train.result import EvalPoint, RunResult
+
+runner = CliRunner()
+LENGTHS, WIDTHS = [12, 24, 48], [4, 8, 16, 32]
+LAWS = {"transformer": lambda n: 8, "lstm": lambda n: n // 2, "linear_transformer": lambda n: n}
+FIGURES = ["heatmaps", "accuracy_vs_length_index_lookup", "validation_curves_index_lookup", "min_width_index_lookup",
+           "softmax_vs_linear_index_lookup", "deng_fig4a"]
+
+CHECK = """<script>
+window.__problems = [];
+addEventListener("error", e => __problems.push(e.message || ("failed to load " + String(e.target.src || e.target.href).slice(0, 80))), true);
+addEventListener("load", async () => {
+  const svgs = [...document.querySelectorAll('a[href$=".svg"]')].map(a => {
+    const img = new Image(); img.src = a.href; return img.decode().then(() => img.naturalWidth, () => 0);
+  });
+  const report = {problems: __problems, images: [...document.images].map(i => i.naturalWidth),
+                  figures: [...document.querySelectorAll("figure")].map(f => f.id), svg: await Promise.all(svgs)};
+  document.body.insertAdjacentHTML("beforeend", "<pre id='browser-check'>" + JSON.stringify(report) + "</pre>");
+});
+</script>"""
+
+
+def law_results(lengths=LENGTHS, widths=WIDTHS) -> list[RunResult]:
+    """Seeds 0 and 1 solve from each model's known smallest width on; seed 2 never does."""
+    results = []
+    for model, law in LAWS.items():
+        for n in lengths:
+            for w in widths:
+                for seed in range(3):
+                    accuracy = 1.0 if w >= law(n) and seed < 2 else 0.25
+                    cfg = RunConfig.build(apply_overrides({}, {"task.name": "index_lookup", "model.name": model,
+                                                               "task.length": n, "model.width": w, "seed": seed,
+                                                               "train.steps": 40, "device": "cpu"}))
+                    curve = [EvalPoint(step=s, loss=1.0, accuracy=accuracy * s / 40, seconds=s / 10.0)
+                             for s in (10, 20, 30, 40)]
+                    results.append(RunResult(config=cfg, config_hash=cfg.config_hash(), metrics={"accuracy": accuracy},
+                                             status="solved" if accuracy >= 0.99 else "completed", curve=curve,
+                                             steps=40))
+    return results
+
+
+@pytest.fixture
+def report_dir(tmp_path):
+    root = tmp_path
+    store = Store(root / "runs.db")
+    for result in law_results():
+        store.put(result)
+    store.put_softmax_vs_linear([{"point_key": f"fig4a-{v}", "figure": "fig4a", "parameter": "m", "value": v,
+                                  "model": "self", "successes": s, "trials": 100, "seed": 0, "exp_d0_zero": 100,
+                                  "exp_d1_positive": s, "lin_d0_zero": 100, "lin_d1_zero": 100, "seconds": 0.1,
+                                  "setting": "{}", "created_at": ""} for v, s in [(1, 40), (2, 70), (4, 95)]])
+    done = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(root / "out")], terminal_width=300)
+    assert done.exit_code == 0, done.output
+    assert f"report of {len(store)} runs: {len(FIGURES)} figures" in done.stdout and str(root / "out" / "index.html") in done.stdout
+    return root / "out"
+
+
+def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromium(report_dir, tmp_path):
+    page = (report_dir / "index.html").read_text()
+    for slug in FIGURES:
+        assert (report_dir / "figures" / f"{slug}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert ET.parse(report_dir / "figures" / f"{slug}.svg").getroot().tag.endswith("svg")
+        assert f'<figure id="{slug}"><img src="data:image/png;base64,' in page
+    for mirrored in ["Yang et al. 2024, Fig. 1", "Bhattamishra et al. 2024, Fig. 2 (left)",
+                     "Bhattamishra et al. 2024, Fig. 2 (middle, right)", "Bhattamishra et al. 2024, Fig. 3",
+                     "Yang et al. 2024, Table 2"]:
+        assert mirrored in page
+    assert "No stored runs for this figure" not in page and "Deng et al., Figs. 3-5 and 7" in page
+    assert "Deng et al., Fig. 4 (a)" in page
+    flops = pd.read_csv(report_dir / "min_flops.csv", index_col="row")
+    assert list(flops.columns) == ["12", "24", "48"]
+    assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / lstm"]] == [["(1,", f"{w})"] for w in (8, 16, 32)]
+    assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / transformer"]] == [["(1,", "8)"]] * 3
+    assert [cell.split(" ")[2:] for cell in flops.loc["index_lookup / linear_transformer"][:2]] == [["(1,", "16)"],
+                                                                                                   ["(1,", "32)"]]
+    assert flops.loc["index_lookup / linear_transformer", "48"] == "not solved"
+    check_in_browser(report_dir, tmp_path)
+
+
+def test_min_width_plot_fits_the_known_law_and_draws_bounds_from_the_hook():
+    calls = []
+
+    def bounds(task, models, lengths):
+        calls.append((task, tuple(models), tuple(lengths)))
+        return {"RNN >= N / p": [n / 2 for n in lengths]}
+
+    (figure,) = min_width_vs_length(law_results(), SolvedRule(), bounds=bounds)
+    labels = [line.get_label() for line in figure.figure.axes[0].get_lines()]
+    assert calls == [("index_lookup", ("linear_transformer", "lstm", "transformer"), tuple(LENGTHS))]
+    assert "lstm, 1 layer: alpha = 1.00 [1.00, 1.00]" in labels and "bound: RNN >= N / p" in labels
+    (flat,) = [label for label in labels if label.startswith("transformer, 1 layer: alpha = ")]
+    alpha, low, high = map(float, re.findall(r"-?\d+\.\d+", flat))
+    assert abs(alpha) < 0.005 and abs(low) < 0.005 and abs(high) < 0.005
+
+
+def check_in_browser(report_dir, tmp_path):
+    """Load the page in headless Chromium: no load errors, every figure drawn, every SVG file decodes."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    checked = report_dir / "checked.html"
+    checked.write_text((report_dir / "index.html").read_text().replace("<head>", "<head>" + CHECK, 1))
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+                          "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom",
+                          checked.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    report = json.loads(dom.stdout.split("<pre id=\"browser-check\">")[1].split("</pre>")[0])
+    assert report["problems"] == []
+    assert report["figures"] == FIGURES
+    assert len(report["images"]) == len(FIGURES) and all(width > 300 for width in report["images"])
+    assert len(report["svg"]) == len(FIGURES) and all(width > 300 for width in report["svg"])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--store", "{tmp}/missing.db"], "no store at"),
+    (["--k", "5"], "1 <= k <= m"),
+    (["--out", "{tmp}/file.txt"], "--out must be a directory"),
+])
+def test_report_bad_input_exits_2(tmp_path, args, fragment):
+    store = Store(tmp_path / "runs.db")
+    store.put(law_results([12], [8])[0])
+    (tmp_path / "file.txt").write_text("x")
+    base = {"--store": str(store.path), "--out": str(tmp_path / "out")}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value.format(tmp=tmp_path)
+    result = runner.invoke(app, ["report", *[x for kv in base.items() for x in kv]])
+    assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
+    from sepbench.demo import main
+
+    spec = tmp_path / "demo.yaml"
+    spec.write_text("name: tiny\nbase: {task: {name: index_lookup, length: 12}, model: {layers: 1, width: 8},\n"
+                    "  train: {steps: 10, eval_every: 5, eval_samples: 50, batch_size: 8}, device: cpu}\n"
+                    "grid: {model.name: [transformer, lstm]}\n")
+    page = main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
+    printed = capsys.readouterr().out
+    assert page == tmp_path / "report" / "index.html" and page.exists()
+    assert "2 runs, 0 already in" in printed and "[2/2]" in printed and "transformer-(1, 8)" in printed and "lstm-(1, 8)" in printed
+    assert str(page.resolve()) in printed.replace("\n", "")
+    first = {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()}
+    assert len(first) == 2
+    main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
+    assert "[1/2]" not in capsys.readouterr().out
+    assert {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()} == first

@@ -1,0 +1,170 @@
+import numpy as np
+import torch
+import pytest
+from typer.testing import CliRunner
+
+from sepbench import RunConfig, Store, build_model, build_task
+from sepbench.models.accounting import measure_flops
+from sepbench.cli import app
+from sepbench.config import apply_overrides
+from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
+                                   min_width_table, search_min_width, select_lr, smallest_solving)
+from sepbench.train import RunResult
+
+runner = CliRunner()
+BASE = apply_overrides({}, {"task.name": "index_lookup", "model.name": "lstm", "train.steps": 5, "device": "cpu"})
+
+
+def stored(overrides: dict, accuracy: float) -> RunResult:
+    """A stored-shape result without training: the analysis reads only configs and metrics."""
+    cfg = RunConfig.build(apply_overrides(BASE, overrides))
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), status="solved" if accuracy >= 0.99 else "completed",
+                     metrics={"accuracy": accuracy}, steps=5, steps_to_threshold=5 if accuracy >= 0.99 else None)
+
+
+def test_solved_rule_counts_seeds_at_the_threshold():
+    rule = SolvedRule()
+    assert rule.solved([0.99, 1.0, 0.2]) and not rule.solved([0.989, 1.0, 0.2])
+    assert SolvedRule(0.9, 1, 3).solved([0.0, 0.0, 0.9])
+    with pytest.raises(ValueError, match="1 <= k <= m"):
+        SolvedRule(k=4, m=3)
+
+
+@pytest.mark.parametrize("first_solving", [None, 0, 1, 4, 6])
+def test_bisection_finds_the_smallest_solving_width_in_log_evaluations(first_solving):
+    grid = [64, 2, 4, 8, 16, 32, 128]
+    ordered = sorted(grid)
+    threshold = None if first_solving is None else ordered[first_solving]
+    found, checked = smallest_solving(grid, lambda w: threshold is not None and w >= threshold)
+    assert found == threshold and len(checked) <= 3
+    assert all(ok == (threshold is not None and w >= threshold) for w, ok in checked.items())
+
+
+def test_lockstep_bisection_asks_one_width_per_open_length_each_round():
+    grid = [2, 4, 8, 16, 32, 64, 128]
+    first = {10: 2, 20: 16, 40: 128, 80: None}
+    rounds = []
+
+    def judge(asked):
+        rounds.append(asked)
+        return {n: first[n] is not None and w >= first[n] for n, w in asked.items()}
+
+    smallest, checked = bisect_widths(grid, list(first), judge)
+    assert smallest == first and len(rounds) == 3 and set(rounds[0]) == set(first)
+    assert all(checked[n] == smallest_solving(grid, lambda w, n=n: first[n] is not None and w >= first[n])[1]
+               for n in first)
+
+
+def test_power_law_recovers_its_exponent_and_brackets_it():
+    lengths = [16, 32, 64, 128, 256]
+    exact = fit_power_law({n: round(0.5 * n ** 0.75) for n in lengths})
+    assert exact.alpha == pytest.approx(0.75, abs=0.02) and exact.alpha_low <= exact.alpha <= exact.alpha_high
+    noisy = {16: 4, 32: 8, 64: 8, 128: 16, 256: 32, 512: None}
+    fit = fit_power_law(noisy)
+    assert fit.alpha_low < fit.alpha < fit.alpha_high and fit.alpha_high - fit.alpha_low > 0.05
+    log_fit = fit_log_law({n: round(3 + 5 * np.log(n)) for n in lengths})
+    assert log_fit.b == pytest.approx(5, abs=0.2) and log_fit.rmse < 0.5
+    with pytest.raises(ValueError, match=">= 2 lengths"):
+        fit_power_law({16: 4, 32: None})
+
+
+def test_lr_selection_keeps_best_and_median():
+    runs = [stored({"task.length": 12, "model.width": 8, "train.lr": lr, "seed": s}, acc)
+            for lr, accs in {1e-3: [0.2, 0.4, 0.3], 3e-3: [1.0, 1.0, 0.5], 1e-2: [0.6, 0.6, 0.6]}.items()
+            for s, acc in enumerate(accs)]
+    (cell,) = select_lr(runs).to_dict("records")
+    assert cell["best_lr"] == pytest.approx(3e-3) and cell["best_accuracy"] == pytest.approx(2.5 / 3)
+    assert cell["median_accuracy"] == pytest.approx(0.6) and cell["solved"] and cell["learning_rates"] == 3
+
+
+def law_store(path, minimum: dict[int, int], widths: list[int]) -> Store:
+    """Seed 2 never solves; seeds 0 and 1 solve from the given minimum width on: 2 of 3 seeds."""
+    store = Store(path)
+    for n, w_min in minimum.items():
+        for w in widths:
+            for seed in range(3):
+                store.put(stored({"task.length": n, "model.width": w, "seed": seed}, 1.0 if w >= w_min and seed < 2 else 0.3))
+    return store
+
+
+def test_min_width_from_stored_runs_reuses_them_and_fits_the_law(tmp_path):
+    minimum = {12: 4, 24: 8, 48: 16, 96: 64}
+    widths = [2, 4, 8, 16, 32, 64, 128]
+    store = law_store(tmp_path / "s.db", minimum, widths)
+    before = len(store)
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12,24,48,96",
+            "--widths", ",".join(map(str, widths)), "--steps", "5", "--device", "cpu", "--store", str(store.path)]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    expected = fit_power_law(minimum)
+    assert f"alpha = {expected.alpha:.3f}" in result.stdout
+    assert f"[{expected.alpha_low:.3f}, {expected.alpha_high:.3f}]" in result.stdout and "width ~ a + b * log N" in result.stdout
+    for n, w in minimum.items():
+        assert f"│ {n:>8} │ {w:>14} │" in result.stdout
+    assert "trained 0 new runs" in result.stdout and len(store) == before
+    table = min_width_table(store.results())
+    assert dict(zip(table.length, table.min_width)) == minimum
+
+
+def test_min_width_trains_what_the_store_lacks(tmp_path):
+    store = Store(tmp_path / "s.db")
+    base = apply_overrides(BASE, {"train.steps": 20, "train.eval_every": 10, "train.eval_samples": 50,
+                                  "train.batch_size": 16, "task.options": {"alphabet_size": 4, "min_length": 2}})
+    rule = SolvedRule(threshold=0.4, k=1, m=1)
+    search = search_min_width(base, [4, 8], [4, 32], rule, store)
+    assert search.trained == len(store) == sum(len(c) for c in search.checked.values())
+    for n, found in search.smallest.items():
+        accuracy = {r.config.model.width: r.accuracy for r in store.results(length=n)}
+        assert all((accuracy[w] >= 0.4) == ok for w, ok in search.checked[n].items())
+        assert found is None or accuracy[found] >= 0.4
+
+
+def test_min_flops_picks_the_cheapest_solving_size():
+    runs = [stored({"task.length": 12, "model.width": w, "seed": s}, acc)
+            for w, acc in {8: 0.5, 16: 1.0, 32: 1.0}.items() for s in range(3)]
+    (row,) = min_flops_table(runs).to_dict("records")
+    assert row["width"] == 16 and row["gflops"] == pytest.approx(estimate_forward_flops(runs[3].config) / 1e9)
+    assert estimate_forward_flops(runs[6].config) > estimate_forward_flops(runs[3].config) > 0
+    assert row["paper_gflops"] == pytest.approx((12 + 2) * (2 * 1 * 12 * 16**2 + 1.4e4) / 1e9)  # Yang et al. Table 2
+
+
+def test_forward_flops_grow_with_length_and_width():
+    small = RunConfig.build({"task": {"length": 20}, "model": {"name": "transformer", "width": 32}})
+    assert estimate_forward_flops(small, 40) > 1.9 * estimate_forward_flops(small, 20)
+    wide = RunConfig.build({"task": {"length": 20}, "model": {"name": "transformer", "width": 64}})
+    assert estimate_forward_flops(wide) > 3 * estimate_forward_flops(small)
+    task = build_task("index_lookup", 20)
+    tokens = task.max_seq_len(20)
+    model = build_model(wide.model, task.vocab_size, tokens)
+    assert estimate_forward_flops(wide) == measure_flops(model, torch.zeros(1, tokens, dtype=torch.long))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--lengths", "12,x"], "--lengths expects comma-separated integers"),
+    (["--k", "4"], "1 <= k <= m"),
+    (["--model", "nope"], "unknown model 'nope'"),
+])
+def test_minwidth_bad_input_exits_2(tmp_path, args, fragment):
+    base = {"--task": "index_lookup", "--model": "lstm", "--lengths": "12", "--widths": "8", "--store": str(tmp_path / "s.db")}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    result = runner.invoke(app, ["minwidth", *[x for kv in base.items() for x in kv]])
+    assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("law, lengths, widths, expected", [
+    ("power", [12, 24, 48, 96], [4, 6, 8, 12, 16, 24, 32, 48, 64], "alpha = 1.000, 95% bootstrap CI [1.000, 1.000]"),
+    ("log", [16, 64, 256], [8, 12, 16, 20, 24, 28, 32, 40], f"b = {4 / np.log(2):.3g}, rmse = "),
+])
+def test_minwidth_recovers_a_known_growth_law_from_stored_runs(tmp_path, law, lengths, widths, expected):
+    """Stored runs solve exactly from width N/2 (power law, alpha = 1) or 4 log2 N (log law) on."""
+    minimum = {n: n // 2 if law == "power" else round(4 * np.log2(n)) for n in lengths}
+    store = law_store(tmp_path / "s.db", minimum, widths)
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", ",".join(map(str, lengths)),
+            "--widths", ",".join(map(str, widths)), "--steps", "5", "--device", "cpu", "--store", str(store.path)]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert expected in result.stdout and "trained 0 new runs" in result.stdout
+    for n, w in minimum.items():
+        assert f"│ {n:>8} │ {w:>14} │" in result.stdout

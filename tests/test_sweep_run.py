@@ -1,0 +1,87 @@
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sepbench import RunConfig, Store
+from sepbench.sweep import SweepSpec, run_sweep
+from sepbench.train import RunResult
+
+SPEC = Path(__file__).parent / "data" / "sweep_quick.yaml"
+SWEEP = [sys.executable, "-m", "sepbench", "sweep", str(SPEC), "--workers", "2"]
+
+
+def _put_many(path: str, writer: int, count: int) -> None:
+    store = Store(path)
+    for i in range(count):
+        cfg = RunConfig.build({"seed": writer * 1000 + i, "device": "cpu"})
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": 0.5}))
+
+
+def test_several_processes_writing_one_store_lose_nothing(tmp_path):
+    path = str(tmp_path / "s.db")
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_put_many, args=(path, w, 30)) for w in range(3)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=120)
+    assert [p.exitcode for p in writers] == [0] * 3
+    assert len(Store(path)) == 90
+    assert sorted(r.config.seed for r in Store(path).results()) == sorted(w * 1000 + i for w in range(3) for i in range(30))
+
+
+def test_a_crashing_run_is_recorded_with_its_error_and_the_sweep_goes_on(tmp_path):
+    store = Store(tmp_path / "s.db")
+    base = {"task": {"length": 12}, "model": {"width": 8}, "train": {"steps": 4, "eval_samples": 20}, "device": "cpu"}
+    good = RunConfig.build(base)
+    crashing = RunConfig.build({**base, "task": {"length": 12, "eval_lengths": [40]}})
+    outcome = run_sweep([crashing, good], store, workers=1)
+    assert len(outcome.results) == 2 and outcome.skipped == 0
+    failed = store.get(crashing.config_hash())
+    assert failed.status == "failed" and "cannot evaluate at 40" in failed.error
+    assert store.get(good.config_hash()).status in ("completed", "solved")
+    assert store.query(status="failed").config_hash.tolist() == [crashing.config_hash()]
+    assert run_sweep([crashing, good], store).skipped == 2
+
+
+def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
+    path = tmp_path / "runs.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    expected = {cfg.config_hash() for cfg in SweepSpec.from_yaml(SPEC).expand()}
+    assert len(expected) == 12
+    sweep = subprocess.Popen(SWEEP + ["--store", str(path)], env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(Store(path)) < 3 and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait(timeout=30)
+    before = len(Store(path))
+    assert sweep.returncode == -signal.SIGKILL and 3 <= before < 12
+    resumed = subprocess.run(SWEEP + ["--store", str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"12 runs, {before} already in" in resumed.stdout and f"{12 - before} to train" in resumed.stdout
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT config_hash, COUNT(*) FROM runs GROUP BY config_hash").fetchall()
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert {h for h, _ in rows} == expected and all(n == 1 for _, n in rows)
+    assert resumed.stderr.count("[") >= 12 - before and "ETA" in resumed.stderr
+    again = subprocess.run(SWEEP + ["--store", str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert "12 already in" in again.stdout and "0 to train" in again.stdout and len(Store(path)) == 12
+
+
+def test_the_same_spec_runs_on_a_local_ray_instance(tmp_path):
+    path = tmp_path / "ray.db"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run(SWEEP + ["--backend", "ray", "--store", str(path)], env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "12 to train (ray, 2 workers)" in done.stdout and "12 trained" in done.stdout
+    results = Store(path).results()
+    assert {r.config_hash for r in results} == {c.config_hash() for c in SweepSpec.from_yaml(SPEC).expand()}
+    assert all(r.status in ("completed", "solved") and r.steps == 60 for r in results)

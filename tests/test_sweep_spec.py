@@ -1,0 +1,60 @@
+import pytest
+from typer.testing import CliRunner
+
+from sepbench.cli import app
+from sepbench.config import ConfigError
+from sepbench.sweep import SweepSpec
+
+BASE = {"task": {"name": "index_lookup", "length": 12}, "model": {"width": 16}, "train": {"steps": 5}, "device": "cpu"}
+
+
+def test_expand_is_the_product_of_grid_zip_lrs_and_seeds():
+    spec = SweepSpec.build({"name": "t", "base": BASE, "grid": {"model.name": ["transformer", "lstm"]},
+                            "zip": [{"task.length": [12, 16], "train.steps": [5, 7]}],
+                            "lr_grid": [1e-3, 3e-3], "seeds": [0, 1]})
+    configs = spec.expand()
+    assert len(configs) == 2 * 2 * 2 * 2 == len({c.config_hash() for c in configs})
+    points = {(c.model.name, c.task.length, c.train.steps, c.train.lr, c.seed) for c in configs}
+    assert (("lstm", 16, 7, 3e-3, 1) in points) and ("lstm", 16, 5, 3e-3, 1) not in points
+    assert {c.model.width for c in configs} == {16} and spec.axes == ["model.name", "task.length", "train.steps",
+                                                                        "train.lr", "seed"]
+
+
+def test_default_seed_and_no_lr_grid_keep_the_model_default_lr():
+    (cfg,) = SweepSpec.build({"base": {**BASE, "model": {"name": "lstm"}}}).expand()
+    assert cfg.seed == 0 and cfg.train.lr == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"grids": {}}, "unknown field 'grids'; allowed: name, base, grid, zip, seeds, lr_grid"),
+    ({"grid": {"model.depth": [1]}}, "unknown key 'model.depth'"),
+    ({"grid": {"model.width": []}}, "grid axis 'model.width' has no values"),
+    ({"zip": [{"task.length": [12, 16], "model.width": [8]}]}, "needs non-empty lists of one length"),
+    ({"grid": {"seed": [1, 2]}}, "'seed' is swept twice"),
+    ({"grid": {"lr": [1e-3]}, "lr_grid": [1e-3]}, "'train.lr' is swept twice"),
+    ({"lr_grid": [0.0]}, "lr_grid values must be > 0"),
+    ({"grid": {"model.width": [16, 0]}}, "model.width = 0"),
+    ({"base": {"model": {"nme": "lstm"}}}, "unknown field 'model.nme'"),
+])
+def test_bad_specs_fail_with_one_line(data, fragment):
+    with pytest.raises(ConfigError) as caught:
+        SweepSpec.build({"base": BASE, **data}).expand()
+    message = str(caught.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_cli_rejects_a_bad_spec_with_exit_2_and_writes_nothing(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nbase: {device: cpu}\ngrid: {model.width: [16, 0]}\n")
+    store = tmp_path / "s.db"
+    result = CliRunner().invoke(app, ["sweep", str(spec), "--store", str(store)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "model.width = 0" in result.stderr and not store.exists()
+
+
+def test_dry_run_lists_every_run_and_trains_nothing(tmp_path):
+    store = tmp_path / "s.db"
+    result = CliRunner().invoke(app, ["sweep", "tests/data/sweep_quick.yaml", "--store", str(store), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "12 runs, 0 already in" in result.stdout and result.stdout.count("model.name=") == 12
+    assert not store.exists()
