@@ -160,3 +160,11 @@ def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
     main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
     assert "[1/2]" not in capsys.readouterr().out
     assert {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()} == first
+
+
+def test_min_width_plot_overlays_the_recurrent_index_lookup_bound_of_thm3():
+    (figure,) = min_width_vs_length(law_results(), SolvedRule())
+    lines = {line.get_label(): line for line in figure.figure.axes[0].get_lines()}
+    (label,) = [name for name in lines if name.startswith("bound: Thm 3")]
+    assert "p = 32" in label
+    assert list(lines[label].get_ydata()) == [n / 32 for n in LENGTHS]

@@ -168,8 +168,8 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
         figures.append(Figure(f"min_width_{task}", f"Smallest solving width against length: {task}",
                               "Bhattamishra et al. 2024, Fig. 3 and Thms. 3, 5 (size against N)",
                               f"Smallest width whose best learning rate is solved ({rule}); lines are width ~ c N^alpha "
-                              "fits with 95% bootstrap intervals on alpha; dashed: the theory's bounds when "
-                              "available.", fig))
+                              "fits with 95% bootstrap intervals on alpha; dashed: the paper's lower bounds at p = 32 "
+                              "bits for the plotted architectures.", fig))
     return figures
 
 
