@@ -20,19 +20,38 @@ def test_expand_is_the_product_of_grid_zip_lrs_and_seeds():
                                                                         "train.lr", "seed"]
 
 
+def test_cases_are_unioned_and_a_list_in_a_case_is_an_axis_of_that_case_only():
+    spec = SweepSpec.build({"base": BASE, "grid": {"model.name": ["transformer", "lstm"]},
+                            "cases": [{"task.length": [12, 16], "model.width": 8}, {"task.length": 20, "model.width": [8, 32]}]})
+    cells = {(c.model.name, c.task.length, c.model.width) for c in spec.expand()}
+    assert cells == {(m, n, w) for m in ("transformer", "lstm") for n, w in [(12, 8), (16, 8), (20, 8), (20, 32)]}
+    assert spec.axes == ["model.width", "task.length", "model.name", "seed"]
+
+
+def test_base_may_name_a_runconfig_file_beside_the_spec(tmp_path):
+    (tmp_path / "protocol.yaml").write_text("task: {name: index_lookup, length: 14}\ndevice: cpu\n")
+    (tmp_path / "spec.yaml").write_text("base: protocol.yaml\ngrid: {model.width: [8, 16]}\n")
+    configs = SweepSpec.from_yaml(tmp_path / "spec.yaml").expand()
+    assert {(c.task.length, c.model.width) for c in configs} == {(14, 8), (14, 16)}
+    (tmp_path / "orphan.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match="base: config file .*missing.yaml does not exist"):
+        SweepSpec.from_yaml(tmp_path / "orphan.yaml")
+
+
 def test_default_seed_and_no_lr_grid_keep_the_model_default_lr():
     (cfg,) = SweepSpec.build({"base": {**BASE, "model": {"name": "lstm"}}}).expand()
     assert cfg.seed == 0 and cfg.train.lr == pytest.approx(1e-3)
 
 
 @pytest.mark.parametrize("data, fragment", [
-    ({"grids": {}}, "unknown field 'grids'; allowed: name, base, grid, zip, seeds, lr_grid"),
+    ({"grids": {}}, "unknown field 'grids'; allowed: name, base, cases, grid, zip, seeds, lr_grid"),
     ({"grid": {"model.depth": [1]}}, "unknown key 'model.depth'"),
     ({"grid": {"model.width": []}}, "grid axis 'model.width' has no values"),
     ({"zip": [{"task.length": [12, 16], "model.width": [8]}]}, "needs non-empty lists of one length"),
     ({"grid": {"seed": [1, 2]}}, "'seed' is swept twice"),
     ({"grid": {"lr": [1e-3]}, "lr_grid": [1e-3]}, "'train.lr' is swept twice"),
     ({"lr_grid": [0.0]}, "lr_grid values must be > 0"),
+    ({"grid": {"model.width": [8]}, "cases": [{"model.width": 16}]}, "'model.width' is set in cases[0] and swept in grid"),
     ({"grid": {"model.width": [16, 0]}}, "model.width = 0"),
     ({"base": {"model": {"nme": "lstm"}}}, "unknown field 'model.nme'"),
 ])

@@ -1,25 +1,17 @@
 """Every run of the Yang et al. 2024 sweep specs in configs/yang2024/ is a valid RunConfig."""
-import itertools
 from pathlib import Path
 
 import pytest
 
-from sepbench.config import RunConfig, apply_overrides, load_yaml
+from sepbench.config import RunConfig, load_yaml
+from sepbench.sweep import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1] / "configs" / "yang2024"
 SPECS = sorted(p for p in ROOT.glob("fig*.yaml"))
 
 
-def expand(spec_path: Path) -> list[dict]:
-    """base + case + grid point for every case and every point of the grid (lists in a case are axes)."""
-    spec = load_yaml(spec_path)
-    base = load_yaml(spec_path.parent / spec["base"])
-    runs = []
-    for case in spec["cases"]:
-        axes = {**{k: v if isinstance(v, list) else [v] for k, v in case.items()}, **spec["grid"]}
-        for point in itertools.product(*axes.values()):
-            runs.append(apply_overrides(base, dict(zip(axes, point))))
-    return runs
+def expand(spec_path: Path) -> list[RunConfig]:
+    return SweepSpec.from_yaml(spec_path).expand()
 
 
 def test_protocol_is_the_papers():
@@ -32,13 +24,13 @@ def test_protocol_is_the_papers():
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_sweep_specs_expand_to_valid_runs(spec):
-    configs = [RunConfig.build(run) for run in expand(spec)]
-    assert configs and len({c.config_hash() for c in configs}) == len(configs)
+    configs = expand(spec)
+    assert configs and len({c.config_hash() for c in configs}) == len(SweepSpec.from_yaml(spec).points())
     assert {c.model.name for c in configs} <= {"transformer", "sparse_transformer", "linear_transformer"}
 
 
 def test_fig1_covers_the_papers_grid():
     runs = expand(ROOT / "fig1.yaml")
-    cells = {(r["task"]["name"], r["task"]["length"], r["model"]["name"], r["model"]["width"]) for r in runs}
+    cells = {(r.task.name, r.task.length, r.model.name, r.model.width) for r in runs}
     assert len(cells) == len(runs) == 3 * 4 * (5 + 6 + 6)
     assert ("arithmetic", 16, "linear_transformer", 512) in cells and ("lis", 250, "sparse_transformer", 1024) in cells

@@ -5,7 +5,7 @@ import torch
 from sepbench.config import ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers.linear import feature_map, linear_attention_chunked, linear_attention_reference
-from sepbench.models.mixers.mamba import selective_scan_chunked, selective_scan_reference
+from sepbench.models.mixers.mamba import selective_scan, selective_scan_reference
 from sepbench.models.mixers.retnet import head_decays
 from sepbench.models.mixers.sparse import allowed_mask, default_block_size
 
@@ -74,19 +74,22 @@ def test_linear_state_is_the_prefix_sum_of_equations_16_to_19():
     torch.testing.assert_close(state.z, k.sum(1))
 
 
-@pytest.mark.parametrize("length,chunk", [(1, None), (10, None), (37, 5), (64, 64), (50, 1)])
+@pytest.mark.parametrize("length,chunk", [(1, None), (10, None), (37, 5), (64, 64), (50, 1), (300, None), (40, 100)])
 def test_mamba_chunked_scan_matches_step_by_step_reference(length, chunk):
     torch.manual_seed(length)
-    decay = (-3 * torch.rand(2, length, 3, 4, dtype=torch.double)).requires_grad_()
-    drive = torch.randn(2, length, 3, 4, dtype=torch.double, requires_grad=True)
-    fast = selective_scan_chunked(decay, drive, chunk)
-    slow = selective_scan_reference(decay, drive)
+    batch, inner, state = 2, 3, 4
+    delta = torch.rand(batch, length, inner, dtype=torch.double, requires_grad=True)
+    a = (-torch.rand(inner, state, dtype=torch.double) * 3).requires_grad_()
+    u, b, c = (torch.randn(batch, length, d, dtype=torch.double, requires_grad=True) for d in (inner, state, state))
+    inputs = (delta, a, u, b, c)
+    fast = selective_scan(*inputs, chunk=chunk)
+    slow = selective_scan_reference(*inputs)
     torch.testing.assert_close(fast, slow)
     weights = torch.randn_like(slow)
-    fast_grads = torch.autograd.grad((fast * weights).sum(), (decay, drive))
-    slow_grads = torch.autograd.grad((slow * weights).sum(), (decay, drive))
-    for a, b in zip(fast_grads, slow_grads):
-        torch.testing.assert_close(a, b)
+    fast_grads = torch.autograd.grad((fast * weights).sum(), inputs, materialize_grads=True)
+    slow_grads = torch.autograd.grad((slow * weights).sum(), inputs)
+    for fast_grad, slow_grad in zip(fast_grads, slow_grads):
+        torch.testing.assert_close(fast_grad, slow_grad)
 
 
 def test_mamba_selection_depends_on_the_input():

@@ -1,4 +1,4 @@
-"""SweepSpec: a base RunConfig, grid axes, zipped axes, seeds and a learning-rate grid, read from YAML."""
+"""SweepSpec: a base RunConfig, cases, grid axes, zipped axes, seeds and a learning-rate grid, read from YAML."""
 from __future__ import annotations
 
 import itertools
@@ -15,14 +15,19 @@ SEED_KEY = "seed"
 
 
 class SweepSpec(StrictModel):
-    """A grid of runs: every combination of the ``grid`` axes, of each ``zip`` group, of ``lr_grid`` and ``seeds``.
+    """A grid of runs: every combination of the ``grid`` axes, of each ``zip`` group, of ``lr_grid`` and ``seeds``,
+    for each entry of ``cases``.
 
     ``grid`` and ``zip`` map dotted config keys (``model.width``, ``task.options.alphabet_size``) to lists of
-    values; the keys of one ``zip`` group vary together and must have equally long lists.
+    values; the keys of one ``zip`` group vary together and must have equally long lists. A case maps dotted
+    keys to a value or to a list (one more axis of that case only), so that sub-grids of different shapes
+    (Arithmetic to width 512, LIS to 1024) share one spec; the runs are the union over cases.
     """
 
     name: str = Field("sweep", min_length=1, description="names the sweep in progress lines and reports")
     base: dict[str, Any] = Field(default_factory=dict, description="a RunConfig mapping shared by every run")
+    cases: list[dict[str, Any]] = Field(default_factory=lambda: [{}], min_length=1,
+                                        description="sub-grids whose runs are unioned (a list value is an axis)")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key -> values (cartesian product)")
     zipped: list[dict[str, list[Any]]] = Field(default_factory=list, alias="zip",
                                                description="groups of dotted keys varied together")
@@ -66,25 +71,37 @@ class SweepSpec(StrictModel):
                 if dotted in seen:
                     raise ValueError(f"'{dotted}' is swept twice (in {seen[dotted]} and {where})")
                 seen[dotted] = where
+        for i, case in enumerate(self.cases):
+            for key in case:
+                dotted = ".".join(qualify_key(key))
+                if dotted in seen:
+                    raise ValueError(f"'{dotted}' is set in cases[{i}] and swept in {seen[dotted]}")
         return self
 
     @property
     def axes(self) -> list[str]:
         """The dotted keys that vary from run to run, seed and learning rate last."""
-        keys = [".".join(qualify_key(k)) for k in self.grid]
+        keys = sorted({".".join(qualify_key(k)) for case in self.cases for k, v in case.items()
+                       if isinstance(v, list) or len(self.cases) > 1})
+        keys += [".".join(qualify_key(k)) for k in self.grid]
         keys += [".".join(qualify_key(k)) for group in self.zipped for k in group]
         return keys + ([LR_KEY] if self.lr_grid is not None else []) + [SEED_KEY]
 
     def points(self) -> list[dict[str, Any]]:
-        """Every run as the overrides it applies to ``base``, in a stable order (seed varies fastest)."""
-        factors: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.grid.items()]
+        """Every run as the overrides it applies to ``base``, in a stable order (case by case, seed fastest)."""
+        shared: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.grid.items()]
         for group in self.zipped:
             size = len(next(iter(group.values())))
-            factors.append([{key: values[i] for key, values in group.items()} for i in range(size)])
+            shared.append([{key: values[i] for key, values in group.items()} for i in range(size)])
         if self.lr_grid is not None:
-            factors.append([{LR_KEY: lr} for lr in self.lr_grid])
-        factors.append([{SEED_KEY: seed} for seed in self.seeds])
-        return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*factors)]
+            shared.append([{LR_KEY: lr} for lr in self.lr_grid])
+        shared.append([{SEED_KEY: seed} for seed in self.seeds])
+        points = []
+        for case in self.cases:
+            factors = [[{key: v} for v in (value if isinstance(value, list) else [value])] for key, value in case.items()]
+            for combo in itertools.product(*factors, *shared):
+                points.append({k: v for part in combo for k, v in part.items()})
+        return points
 
     def expand(self) -> list[RunConfig]:
         """One validated RunConfig per point; duplicates (same config hash) appear once."""
@@ -114,4 +131,13 @@ class SweepSpec(StrictModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "SweepSpec":
-        return cls.build(load_yaml(path), source=f"sweep spec {path}")
+        """Read a spec; a ``base`` given as a string names a RunConfig YAML file relative to the spec."""
+        path = Path(path)
+        source = f"sweep spec {path}"
+        data = load_yaml(path)
+        if isinstance(data.get("base"), str):
+            try:
+                data = {**data, "base": load_yaml(path.parent / data["base"])}
+            except ConfigError as err:
+                raise ConfigError(f"{source}: base: {err}") from None
+        return cls.build(data, source=source)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +21,7 @@ class MambaOptions(StrictModel):
     expand: int = Field(2, ge=1, description="inner width = expand * width")
     conv: int = Field(4, ge=1, description="depthwise causal convolution width")
     dt_rank: int | None = Field(None, ge=1, description="rank of the Delta projection; default ceil(width / 16)")
-    chunk: int | None = Field(None, ge=1, description="scan chunk length; default about sqrt(T)")
+    chunk: int | None = Field(None, ge=1, description="scan chunk length; default T up to 128 steps (one fused loop), else 2 sqrt(T)")
     scan: Literal["chunked", "reference"] = Field("chunked", description="training scan: chunked, or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
 
@@ -33,48 +34,67 @@ def _cuda_kernel():
     return selective_scan_fn
 
 
-def selective_scan_reference(log_decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
-    """h_t = exp(log_decay_t) h_{t-1} + drive_t, one step at a time over [B, T, ...]; the chunked scan is tested against it."""
-    h = torch.zeros_like(drive[:, 0])
+FUSED_LOOP_MAX_LEN = 128
+"""Up to this length the default scan is one fused loop over time (the fastest on CPU there); longer ones are chunked."""
+
+
+def selective_scan_reference(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """y_t = C_t h_t with h_t = exp(Delta_t A) h_{t-1} + Delta_t u_t B_t, one step at a time, every state kept (eq. 2a-2b)."""
+    h = torch.zeros(*u.shape[:1], *a.shape, dtype=u.dtype, device=u.device)
     states = []
-    for a, u in zip(log_decay.exp().unbind(1), drive.unbind(1)):
-        h = a * h + u
+    for delta_t, u_t, b_t in zip(delta.unbind(1), u.unbind(1), b.unbind(1)):
+        h = torch.exp(delta_t.unsqueeze(-1) * a) * h + (delta_t * u_t).unsqueeze(-1) * b_t.unsqueeze(-2)
         states.append(h)
-    return torch.stack(states, 1)
+    return (torch.stack(states, 1) @ c.unsqueeze(-1)).squeeze(-1)
 
 
-def selective_scan_chunked(log_decay: torch.Tensor, drive: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
-    """The same recurrence with O(T/C + C) sequential steps instead of T.
+def _scan_chunks(delta: torch.Tensor, a: torch.Tensor, drive_in: torch.Tensor, b: torch.Tensor,
+                 c: torch.Tensor | None, h: torch.Tensor | None) -> torch.Tensor:
+    """Run the recurrence over the offsets of every chunk at once ([B, n, C, ...] inputs, state [B, n, E, N]).
 
-    Time is cut into chunks of C. One pass over the C offsets scans every chunk at once from a zero
-    state; a pass over the T/C chunks carries the true state across chunk boundaries; the carried
-    state reaches each position through the within-chunk cumulative product of the decays (a cumulative
-    sum of their logs, which is cheaper to differentiate than ``cumprod``).
+    Returns the outputs C_t h_t [B, n, C, E] when ``c`` is given, else the last state of each chunk.
     """
-    batch, length = drive.shape[:2]
-    chunk = chunk or max(1, math.isqrt(length))
+    ys = []
+    steps = zip(delta.unbind(2), drive_in.unbind(2), b.unbind(2), c.unbind(2) if c is not None else [None] * delta.shape[2])
+    for delta_t, drive_t, b_t, c_t in steps:
+        drive = drive_t.unsqueeze(-1) * b_t.unsqueeze(-2)
+        h = drive if h is None else torch.addcmul(drive, torch.exp(delta_t.unsqueeze(-1) * a), h)
+        if c_t is not None:
+            ys.append((h @ c_t.unsqueeze(-1)).squeeze(-1))
+    return torch.stack(ys, 2) if c is not None else h
+
+
+def selective_scan(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                   chunk: int | None = None) -> torch.Tensor:
+    """The same outputs as the reference, in O(T/C + C) sequential steps and without a [B, T, E, N] tensor.
+
+    Time is cut into n chunks of C. A pass over the C offsets scans every chunk at once from a zero state
+    and keeps only each chunk's last state; a pass over the n chunks carries the true state across chunk
+    boundaries (a chunk's total decay is exp(A sum Delta)); a second pass over the offsets restarts every
+    chunk from its true state and emits C_t h_t as it goes. Short sequences (the default up to
+    ``FUSED_LOOP_MAX_LEN``) take one chunk, where this is a single fused loop over time.
+    """
+    batch, length, inner = u.shape
+    chunk = chunk or (length if length <= FUSED_LOOP_MAX_LEN else 2 * math.isqrt(length))
+    chunk = min(chunk, length)
     n = -(-length // chunk)
     pad = n * chunk - length
     if pad:
-        tail = (0, 0) * (drive.dim() - 2) + (0, pad)
-        log_decay, drive = F.pad(log_decay, tail), F.pad(drive, tail)
-    log_decay = log_decay.view(batch, n, chunk, *log_decay.shape[2:])
-    decay = log_decay.exp()
-    drive = drive.view(batch, n, chunk, *drive.shape[2:])
-    h = torch.zeros_like(drive[:, :, 0])
-    local = []
-    for a, u in zip(decay.unbind(2), drive.unbind(2)):
-        h = a * h + u
-        local.append(h)
-    local_states = torch.stack(local, 2)  # [B, n, C, ...]
-    carry = log_decay.cumsum(2).exp()
-    start = torch.zeros_like(drive[:, 0, 0])
-    starts = []
-    for a, u in zip(carry[:, :, -1].unbind(1), local[-1].unbind(1)):
-        starts.append(start)
-        start = a * start + u
-    states = local_states + carry * torch.stack(starts, 1).unsqueeze(2)
-    return states.reshape(batch, n * chunk, *states.shape[3:])[:, :length]
+        delta, u, b, c = (F.pad(x, (0, 0, 0, pad)) for x in (delta, u, b, c))
+    delta, b, c = delta.view(batch, n, chunk, inner), b.view(batch, n, chunk, -1), c.view(batch, n, chunk, -1)
+    drive_in = delta * u.view(batch, n, chunk, inner)
+    h = None
+    if n > 1:
+        last = _scan_chunks(delta, a, drive_in, b, None, None)
+        total_decay = torch.exp(delta.sum(2).unsqueeze(-1) * a)
+        start = torch.zeros_like(last[:, 0])
+        starts = [start]
+        for k in range(n - 1):
+            start = torch.addcmul(last[:, k], total_decay[:, k], start)
+            starts.append(start)
+        h = torch.stack(starts, 1)
+    y = _scan_chunks(delta, a, drive_in, b, c, h)
+    return y.reshape(batch, n * chunk, inner)[:, :length]
 
 
 @dataclass
@@ -139,13 +159,8 @@ class MambaBlock(Mixer):
                        b.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous(), self.skip.float(),
                        delta_softplus=False).transpose(1, 2)
         else:
-            log_decay = delta.unsqueeze(-1) * a  # [B, T, E, N]
-            drive = (delta * u).unsqueeze(-1) * b.unsqueeze(-2)
-            if self.options.scan == "reference":
-                states = selective_scan_reference(log_decay, drive)
-            else:
-                states = selective_scan_chunked(log_decay, drive, self.options.chunk)
-            y = (states @ c.unsqueeze(-1)).squeeze(-1) + self.skip * u
+            scan = selective_scan_reference if self.options.scan == "reference" else partial(selective_scan, chunk=self.options.chunk)
+            y = scan(delta, a, u, b, c) + self.skip * u
         return self.out_proj(y * F.silu(z))
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> MambaState:
