@@ -3,7 +3,7 @@ import pytest
 
 from sepbench import RunConfig, train
 
-# (model, steps): budgets measured on CPU with a margin; slower learners are covered by the CLI check in docs/models.md
+# (model, steps): budgets measured on CPU with a margin; the slower learners' 3000-step figures are in docs/models.md
 BUDGETS = [("sparse_transformer", 600), ("linear_transformer", 600), ("retnet", 600)]
 
 
