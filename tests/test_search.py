@@ -68,6 +68,11 @@ def test_power_law_recovers_its_exponent_and_brackets_it():
         fit_power_law({16: 4, 32: None})
 
 
+def test_a_flat_law_has_exponent_zero_not_minus_zero():
+    flat = fit_power_law({12: 32, 24: 32, 48: 32})
+    assert f"{flat.alpha:.3f} {flat.alpha_low:.3f} {flat.alpha_high:.3f}" == "0.000 0.000 0.000"
+
+
 def test_lr_selection_keeps_best_and_median():
     runs = [stored({"task.length": 12, "model.width": 8, "train.lr": lr, "seed": s}, acc)
             for lr, accs in {1e-3: [0.2, 0.4, 0.3], 3e-3: [1.0, 1.0, 0.5], 1e-2: [0.6, 0.6, 0.6]}.items()

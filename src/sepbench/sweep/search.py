@@ -189,7 +189,12 @@ def fit_power_law(points: dict[int, int | None], resamples: int = 2000, level: f
         if np.unique(x[idx]).size >= 2:
             draws.append(np.polyfit(x[idx], y[idx], 1)[0])
     low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
-    return PowerFit(float(np.exp(log_c)), float(alpha), float(low), float(high), level, len(draws), rmse)
+    return PowerFit(float(np.exp(log_c)), _snap(alpha), _snap(low), _snap(high), level, len(draws), rmse)
+
+
+def _snap(value: float, tolerance: float = 1e-9) -> float:
+    """Round-off around an exact 0 (a flat law) becomes 0.0, so it never prints as -0.000."""
+    return 0.0 if abs(value) < tolerance else float(value)
 
 
 def fit_log_law(points: dict[int, int | None]) -> LogFit:
