@@ -59,21 +59,22 @@ def side_by_side(fns: dict[str, Callable[[], None]], device: torch.device, repea
 
 
 @torch.no_grad()
-def decode_costs(model: SequenceModel, positions: list[int], device: torch.device, probe: int = 15) -> dict[int, float]:
-    """Median seconds of one decode step at each position (batch 1), the state built by stepping there."""
+def decode_costs(model: SequenceModel, positions: list[int], device: torch.device, probe: int = 25) -> dict[int, float]:
+    """Median seconds of one decode step at each position (batch 1); the states are built by stepping there
+    first, then the positions are timed in interleaved rounds so that load changes hit every position alike."""
     model.eval()
     state = model.init_state(1, device)
     token = torch.zeros(1, dtype=torch.long, device=device)
-    costs: dict[int, float] = {}
+    states = {}
     for target in sorted(positions):
         while state.position < target:
             _, state = model.step(token, state)
-        samples = []
-        for _ in range(probe):
-            snapshot = state
-            samples.append(timed(lambda: model.step(token, snapshot), device))
-        costs[target] = statistics.median(samples)
-    return costs
+        states[target] = state
+    samples: dict[int, list[float]] = {target: [] for target in states}
+    for _ in range(probe):
+        for target, snapshot in states.items():
+            samples[target].append(timed(lambda: model.step(token, snapshot), device))
+    return {target: statistics.median(times) for target, times in samples.items()}
 
 
 def main() -> None:
