@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -66,7 +66,7 @@ def _scan_chunks(delta: torch.Tensor, a: torch.Tensor, drive_in: torch.Tensor, b
 
 def selective_scan(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                    chunk: int | None = None) -> torch.Tensor:
-    """The same outputs as the reference, in O(T/C + C) sequential steps and without a [B, T, E, N] tensor.
+    """The same outputs as the reference in O(T/C + C) sequential steps, never stacking a [B, T, E, N] tensor of states.
 
     Time is cut into n chunks of C. A pass over the C offsets scans every chunk at once from a zero state
     and keeps only each chunk's last state; a pass over the n chunks carries the true state across chunk
