@@ -52,6 +52,7 @@ def test_default_seed_and_no_lr_grid_keep_the_model_default_lr():
     ({"grid": {"lr": [1e-3]}, "lr_grid": [1e-3]}, "'train.lr' is swept twice"),
     ({"lr_grid": [0.0]}, "lr_grid values must be > 0"),
     ({"grid": {"model.width": [8]}, "cases": [{"model.width": 16}]}, "'model.width' is set in cases[0] and swept in grid"),
+    ({"cases": [{"model.width": 16}, {"model.width": []}]}, "cases[1] axis 'model.width' has no values"),
     ({"grid": {"model.width": [16, 0]}}, "model.width = 0"),
     ({"base": {"model": {"nme": "lstm"}}}, "unknown field 'model.nme'"),
 ])

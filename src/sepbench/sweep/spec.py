@@ -44,6 +44,15 @@ class SweepSpec(StrictModel):
                 raise ValueError(f"grid axis '{key}' has no values")
         return grid
 
+    @field_validator("cases")
+    @classmethod
+    def _case_axes_not_empty(cls, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, case in enumerate(cases):
+            for key, value in case.items():
+                if value == []:
+                    raise ValueError(f"cases[{i}] axis '{key}' has no values")
+        return cases
+
     @field_validator("zipped")
     @classmethod
     def _zip_groups_aligned(cls, groups: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
