@@ -292,9 +292,11 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
     """Thm 7 (App. G.2, L749-858, with typo fix 5 of docs/separations.md): two layers find y of the nearest point.
 
     Slots [x | y | c | T(own) | T(next) | scratch | nn | out]; point i (position 2i-1) has c = 1 and next =
-    its label's code, label i has c = -2 (Eq. 9). Layer 1: Q = eta1 [x, 1, -10 T(own)], K = [x, 3c, T(own)]
-    (key constants 3 / -6), V = 2 T_s(next) into scratch, and a ReLU layer clips to [-1, 1], recovering
-    T_s(2 j*). Layer 2: Q = eta2 T_s(2 j*)/sqrt(k), K = T(own), V = y. The codes T are one-hot at the point
+    its label's code, label i has c = -2 (Eq. 9). Layer 1: Q = eta1 [x, 1, -gamma/2, -10 T(own)],
+    K = [x, 3c, later, T(own)] (key constants 3 / -6; ``later`` marks points of the second half), V = 2 T_s(next)
+    into scratch, and a ReLU layer clips to [-1, 1], recovering T_s(2 j*). The ``later`` penalty is ours: a
+    query that repeats an earlier query has several exact matches, which Thm 7's unique-nearest-point
+    assumption excludes; it makes the first-half occurrence (the task's tie rule) the unique maximum. Layer 2: Q = eta2 T_s(2 j*)/sqrt(k), K = T(own), V = y. The codes T are one-hot at the point
     positions and random signs of width ``code_width`` at the label positions: layer 1 then compares
     the query with point positions only through exactly orthogonal codes, which is what its gamma/100
     accuracy requirement asks; layer 2 needs only nearly orthogonal label codes.
@@ -336,14 +338,16 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
         model.positions.table.weight.copy_(_tensor(positions))
 
         first = BlockWriter(model, 0)
-        rows = d + 1 + n
+        rows = d + 2 + n
         query, key = np.zeros((rows, w)), np.zeros((rows, w))
         query[:d, slots["x"]] = eta1 * np.eye(d)
         key[:d, slots["x"]] = np.eye(d)
         query[d, slots["one"].start] = eta1
         key[d, slots["c"].start] = 3.0
-        query[d + 1 :, slots["point_code"]] = -self_penalty * eta1 * np.eye(n)
-        key[d + 1 :, slots["point_code"]] = np.eye(n)
+        query[d + 1, slots["one"].start] = -0.5 * gamma * eta1
+        key[d + 1, slots["point_code"].start + n // 2 : slots["point_code"].stop] = 1.0
+        query[d + 2 :, slots["point_code"]] = -self_penalty * eta1 * np.eye(n)
+        key[d + 2 :, slots["point_code"]] = np.eye(n)
         first.query_key(query, key)
         first.value_out(slots["next"], slots["scratch"], factor=2.0)
         for j in range(k):
