@@ -67,3 +67,10 @@ def test_too_long_a_sequence_is_refused():
     model = make("transformer")
     with pytest.raises(ValueError, match="exceeds"):
         model(torch.zeros(1, LENGTH + 1, dtype=torch.long))
+
+
+def test_token_embedding_follows_embed_std():
+    default, wide = make("transformer"), make("transformer", embed_std=1.0)
+    assert default.embed.weight.std().item() == pytest.approx(0.02, rel=0.15)
+    assert wide.embed.weight.std().item() == pytest.approx(1.0, rel=0.15)
+    assert wide.head.weight.std().item() == pytest.approx(0.02, rel=0.15)

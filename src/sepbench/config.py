@@ -53,6 +53,7 @@ class ModelConfig(StrictModel):
     mlp: bool | None = Field(None, description="an MLP after each mixer; default: the model's own")
     mlp_ratio: int = Field(4, ge=1, le=16)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    embed_std: float = Field(0.02, gt=0.0, le=10.0, description="std of the token embedding's normal init")
     options: dict[str, Any] = Field(default_factory=dict, description="mixer-specific options")
 
     @model_validator(mode="after")

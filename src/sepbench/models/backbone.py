@@ -104,7 +104,11 @@ class SequenceModel(nn.Module):
         self._init_own_parameters()
 
     def _init_own_parameters(self) -> None:
-        """GPT-2 style N(0, 0.02) for the backbone's embeddings, MLPs and head; mixers keep their own."""
+        """GPT-2 style N(0, 0.02) for the backbone's embeddings, MLPs and head; mixers keep their own.
+
+        The token embedding uses ``config.embed_std``: next to fixed sinusoidal codes (norm sqrt(width / 2))
+        0.02 leaves the token signal a few percent of the input; Feng et al.'s reference keeps PyTorch's N(0, 1).
+        """
         own: list[nn.Module] = [self.embed, self.head]
         if isinstance(self.positions, LearnedPositions):
             own.append(self.positions.table)
@@ -115,6 +119,7 @@ class SequenceModel(nn.Module):
                     nn.init.normal_(sub.weight, std=0.02)
                     if getattr(sub, "bias", None) is not None:
                         nn.init.zeros_(sub.bias)
+        nn.init.normal_(self.embed.weight, std=self.config.embed_std)
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, end: int) -> torch.Tensor:
         if end > self.max_len and self.positions is not None:
