@@ -30,6 +30,9 @@ def test_quick_specs_hold_the_issue_comparisons():
     (dyck_lstm,), (dyck_tf,) = quick["dyck_lstm"], quick["dyck_transformer"]
     assert (dyck_lstm.model.name, dyck_lstm.model.width, dyck_tf.model.layers) == ("lstm", 64, 1)
     assert dyck_lstm.train == dyck_tf.train and dyck_lstm.task == dyck_tf.task
+    mamba = quick["mamba_width"]
+    assert {c.model.name for c in mamba} == {"mamba"} and len({c.task.model_dump_json() for c in mamba}) == 1
+    assert len({c.model.width for c in mamba}) >= 3 and len({c.train.model_dump_json() for c in mamba}) == 1
 
 
 def test_paper_scale_lengths():
