@@ -116,10 +116,9 @@ class SequenceModel(nn.Module):
         for module in own:
             for sub in module.modules():
                 if isinstance(sub, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(sub.weight, std=0.02)
+                    nn.init.normal_(sub.weight, std=self.config.embed_std if sub is self.embed else 0.02)
                     if getattr(sub, "bias", None) is not None:
                         nn.init.zeros_(sub.bias)
-        nn.init.normal_(self.embed.weight, std=self.config.embed_std)
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, end: int) -> torch.Tensor:
         if end > self.max_len and self.positions is not None:

@@ -296,10 +296,11 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
     K = [x, 3c, later, T(own)] (key constants 3 / -6; ``later`` marks points of the second half), V = 2 T_s(next)
     into scratch, and a ReLU layer clips to [-1, 1], recovering T_s(2 j*). The ``later`` penalty is ours: a
     query that repeats an earlier query has several exact matches, which Thm 7's unique-nearest-point
-    assumption excludes; it makes the first-half occurrence (the task's tie rule) the unique maximum. Layer 2: Q = eta2 T_s(2 j*)/sqrt(k), K = T(own), V = y. The codes T are one-hot at the point
-    positions and random signs of width ``code_width`` at the label positions: layer 1 then compares
-    the query with point positions only through exactly orthogonal codes, which is what its gamma/100
-    accuracy requirement asks; layer 2 needs only nearly orthogonal label codes.
+    assumption excludes; it makes the first-half occurrence (the task's tie rule) the unique maximum.
+    Layer 2: Q = eta2 T_s(2 j*)/sqrt(k), K = T(own), V = y. The codes T are one-hot at the point positions
+    and random signs of width ``code_width`` at the label positions: layer 1 then compares the query with
+    point positions only through exactly orthogonal codes, which is what its gamma/100 accuracy requirement
+    asks; layer 2 needs only nearly orthogonal label codes.
     Inputs must have a unique nearest point with margin gamma (here gamma = 2/d for hypercube points).
     """
     n = task.length
