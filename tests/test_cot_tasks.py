@@ -234,3 +234,18 @@ def test_bad_options_are_refused():
         build_task("edit_distance", 3)
     with pytest.raises(Exception, match="mode"):
         build_task("lis", 10, {"mode": "chain"})
+
+
+def test_arithmetic_leftmost_order_keeps_prompts_and_answers():
+    rng = np.random.default_rng(3)
+    reference = build_task("arithmetic", 4)
+    leftmost = build_task("arithmetic", 4, {"order": "leftmost"})
+    rows, prompts = reference.generate_rows(300, np.random.default_rng(3), train=True)
+    ordered, same_prompts = leftmost.generate_rows(300, rng, train=True)
+    assert np.array_equal(prompts, same_prompts)
+    for row, other, k in zip(rows, ordered, prompts):
+        tokens, solved = [int(t) for t in row if t != PAD], [int(t) for t in other if t != PAD]
+        assert solved[:k] == tokens[:k] and solved == tokens[:k] + leftmost.solve(tokens[:k])
+        assert leftmost.check_sequence(solved)
+        assert leftmost.answer_of(solved) == reference.answer_of(tokens)
+    assert ordered.shape[1] <= leftmost.max_seq_len() + 1

@@ -22,6 +22,9 @@ class ArithmeticOptions(CotOptions):
     under: bool = Field(True, description="training also draws k < n operators with P(k) proportional to k")
     max_cot: int | Literal["paper", "bound"] = Field(
         "paper", description="reject longer samples: 'paper' caps n=13/16 at 355/505, 'bound' never caps")
+    order: Literal["random", "leftmost"] = Field(
+        "random", description="CoT order: 'random' undoes the expansions (the reference); 'leftmost' always "
+        "evaluates the leftmost value-keeping operator (ours; one Python solve per sample, not vectorised)")
 
 
 @TASKS.register("arithmetic", "evaluate an n-operator expression mod p, one operator per CoT step (Yang et al. 2024)")
@@ -75,7 +78,19 @@ class Arithmetic(CotTask):
         rows = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r, _ in parts])
         prompts = np.concatenate([p for _, p in parts])
         order = rng.permutation(n)
-        return rows[order], prompts[order]
+        rows, prompts = rows[order], prompts[order]
+        if self.options.order == "leftmost" and not self.direct:
+            rows = self._leftmost_rows(rows, prompts)
+        return rows, prompts
+
+    def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+        """The same prompts with the CoT of ``solve``: one deterministic order instead of the reference's
+        random one, so greedy decoding never has to follow a choice it made between equally likely steps."""
+        solved = [prompt + self.solve(prompt) for prompt in ([int(t) for t in row[:k]] for row, k in zip(rows, prompts))]
+        out = np.full((len(rows), max([rows.shape[1]] + [len(tokens) for tokens in solved])), PAD, rows.dtype)
+        for i, tokens in enumerate(solved):
+            out[i, : len(tokens)] = tokens
+        return out
 
     def _generate_fixed(self, n: int, operators: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         rows, prompts = np.zeros((0, 1), np.int64), np.zeros(0, np.int64)
