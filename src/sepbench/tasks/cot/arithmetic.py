@@ -78,15 +78,13 @@ class Arithmetic(CotTask):
         rows = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r, _ in parts])
         prompts = np.concatenate([p for _, p in parts])
         order = rng.permutation(n)
-        rows, prompts = rows[order], prompts[order]
-        if self.options.order == "leftmost" and not self.direct:
-            rows = self._leftmost_rows(rows, prompts)
-        return rows, prompts
+        return rows[order], prompts[order]
 
     def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
         """The same prompts with the CoT of ``solve``: one deterministic order instead of the reference's
         random one, so greedy decoding never has to follow a choice it made between equally likely steps."""
-        solved = [prompt + self.solve(prompt) for prompt in ([int(t) for t in row[:k]] for row, k in zip(rows, prompts))]
+        prompts_as_lists = ([int(t) for t in row[:k]] for row, k in zip(rows, prompts))
+        solved = [prompt + self.solve(prompt) for prompt in prompts_as_lists]
         out = np.full((len(rows), max([rows.shape[1]] + [len(tokens) for tokens in solved])), PAD, rows.dtype)
         for i, tokens in enumerate(solved):
             out[i, : len(tokens)] = tokens
@@ -98,6 +96,9 @@ class Arithmetic(CotTask):
         while len(rows) < n:
             need = n - len(rows)
             new, new_prompts, cot_lengths = self._expand(max(need + need // 8 + 16, 64), operators, rng)
+            if self.options.order == "leftmost" and not self.direct:
+                new = self._leftmost_rows(new, new_prompts)
+                cot_lengths = (new != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
             ok = np.flatnonzero(cot_lengths <= cap)[:need]
             width = max(rows.shape[1], new.shape[1])
             rows = np.concatenate([np.pad(rows, ((0, 0), (0, width - rows.shape[1]))),
