@@ -1,3 +1,4 @@
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -6,6 +7,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from sepbench import RunConfig, Store
 from sepbench.sweep import SweepSpec, run_sweep
@@ -73,6 +76,54 @@ def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
     assert resumed.stderr.count("[") >= 12 - before and "ETA" in resumed.stderr
     again = subprocess.run(SWEEP + ["--store", str(path)], env=env, capture_output=True, text=True, timeout=120)
     assert "12 already in" in again.stdout and "0 to train" in again.stdout and len(Store(path)) == 12
+
+
+def _process_table() -> dict[int, tuple[str, int]]:
+    """pid -> (state, parent pid) of every process, from /proc."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        table[int(stat.parent.name)] = (state, int(parent))
+    return table
+
+
+def _children(pid: int) -> set[int]:
+    return {child for child, (_, parent) in _process_table().items() if parent == pid}
+
+
+def _running(pids: set[int]) -> set[int]:
+    table = _process_table()
+    return {pid for pid in pids if pid in table and table[pid][0] != "Z"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_workers_exit_when_the_sweep_process_is_killed_alone(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text("name: long\nbase: {task: {name: index_lookup, length: 12}, model: {width: 8, layers: 1},"
+                    " train: {steps: 1000000, eval_every: 1000000, eval_samples: 20}, device: cpu}\n"
+                    "seeds: [0, 1]\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    sweep = subprocess.Popen([sys.executable, "-m", "sepbench", "sweep", str(spec), "--workers", "2",
+                              "--store", str(tmp_path / "runs.db")], env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _children(sweep.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) >= 2
+        time.sleep(5)  # both workers import torch and start training
+        sweep.kill()  # the sweep process only, not its process group
+        sweep.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while (alive := _running(workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive, f"workers {sorted(alive)} outlived the killed sweep"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)  # whatever is left of the sweep's process group
 
 
 def test_the_same_spec_runs_on_a_local_ray_instance(tmp_path):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -40,6 +42,21 @@ def _single_threaded() -> None:
     torch.set_num_threads(1)
 
 
+def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
+    """Watch from a daemon thread and end this worker once ``parent`` is gone (a killed sweep leaves no orphans)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _pool_worker_init(parent: int) -> None:
+    _single_threaded()
+    _exit_with_parent(parent)
+
+
 def _run_and_store(config_json: str, store_path: str) -> str:
     """Pool worker: train, write to the store from this process, send the result back as JSON."""
     result = execute(RunConfig.model_validate_json(config_json))
@@ -73,7 +90,8 @@ def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: O
         return
     context = multiprocessing.get_context("spawn")
     path = str(store.path.resolve())
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_single_threaded) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_pool_worker_init,
+                             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_run_and_store, cfg.model_dump_json(), path): cfg for cfg in configs}
         remaining = set(futures)
         while remaining:
