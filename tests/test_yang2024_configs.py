@@ -34,3 +34,18 @@ def test_fig1_covers_the_papers_grid():
     cells = {(r.task.name, r.task.length, r.model.name, r.model.width) for r in runs}
     assert len(cells) == len(runs) == 3 * 4 * (5 + 6 + 6)
     assert ("arithmetic", 16, "linear_transformer", 512) in cells and ("lis", 250, "sparse_transformer", 1024) in cells
+
+
+def test_quick_specs_keep_the_comparisons_and_share_the_ed_runs():
+    fig1, fig2, fig3 = (expand(ROOT / f"fig{i}_quick.yaml") for i in (1, 2, 3))
+    models = {"transformer", "sparse_transformer", "linear_transformer"}
+    for task in ("arithmetic", "lis"):
+        runs = [r for r in fig1 if r.task.name == task]
+        assert {r.model.name for r in runs} == models and len({r.task.length for r in runs}) == 2
+        assert len({r.model.width for r in runs}) >= 3
+    assert {r.task.options.get("order") for r in fig1 if r.task.name == "arithmetic"} == {"leftmost"}
+    assert {r.task.name for r in fig2} == {"edit_distance", "ed_local"}
+    assert {r.model.layers for r in fig3} == {3, 5} and {r.model.name for r in fig3} == models
+    shared = {r.config_hash() for r in fig2 if r.task.name == "edit_distance"}
+    assert shared and shared <= {r.config_hash() for r in fig3}
+    assert len({r.train.model_dump_json() for r in fig1 + fig2 + fig3}) == 1
