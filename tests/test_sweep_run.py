@@ -111,10 +111,11 @@ def test_workers_exit_when_the_sweep_process_is_killed_alone(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while len(workers := _children(sweep.pid)) < 2 and time.monotonic() < deadline:
+        while len(_children(sweep.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(workers) >= 2
         time.sleep(5)  # both workers import torch and start training
+        workers = _children(sweep.pid)
+        assert len(workers) >= 2
         sweep.kill()  # the sweep process only, not its process group
         sweep.wait(timeout=30)
         deadline = time.monotonic() + 30
