@@ -14,7 +14,7 @@ import torch
 
 from sepbench.config import ModelConfig
 from sepbench.models import MODELS, SequenceModel, build_model
-from sepbench.models.mixers.mamba import selective_scan, selective_scan_reference
+from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.train.environment import resolve_device
 
 VOCAB = 32

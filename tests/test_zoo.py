@@ -5,7 +5,7 @@ import torch
 from sepbench.config import ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers.linear import feature_map, linear_attention_chunked, linear_attention_reference
-from sepbench.models.mixers.mamba import selective_scan, selective_scan_reference
+from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.mixers.retnet import head_decays
 from sepbench.models.mixers.sparse import allowed_mask, default_block_size
 
@@ -90,6 +90,25 @@ def test_mamba_chunked_scan_matches_step_by_step_reference(length, chunk):
     slow_grads = torch.autograd.grad((slow * weights).sum(), inputs)
     for fast_grad, slow_grad in zip(fast_grads, slow_grads):
         torch.testing.assert_close(fast_grad, slow_grad)
+
+
+def test_mamba_chunked_scan_backward_passes_gradcheck():
+    torch.manual_seed(0)
+    delta = torch.rand(2, 7, 3, dtype=torch.double)
+    a = -torch.rand(3, 2, dtype=torch.double) * 2
+    u, b, c = (torch.randn(2, 7, d, dtype=torch.double) for d in (3, 2, 2))
+    inputs = tuple(x.requires_grad_() for x in (delta, a, u, b, c))
+    assert torch.autograd.gradcheck(lambda *x: selective_scan(*x, chunk=3), inputs)
+
+
+def test_mamba_chunked_scan_runs_without_grad():
+    torch.manual_seed(0)
+    delta, u = torch.rand(1, 9, 2), torch.randn(1, 9, 2)
+    a, b, c = -torch.rand(2, 3), torch.randn(1, 9, 3), torch.randn(1, 9, 3)
+    with torch.no_grad():
+        fast = selective_scan(delta, a, u, b, c, chunk=4)
+    assert not fast.requires_grad
+    torch.testing.assert_close(fast, selective_scan_reference(delta, a, u, b, c))
 
 
 def test_mamba_selection_depends_on_the_input():

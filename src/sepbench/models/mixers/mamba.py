@@ -13,6 +13,7 @@ from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.registry import MODELS
 
 
@@ -21,7 +22,7 @@ class MambaOptions(StrictModel):
     expand: int = Field(2, ge=1, description="inner width = expand * width")
     conv: int = Field(4, ge=1, description="depthwise causal convolution width")
     dt_rank: int | None = Field(None, ge=1, description="rank of the Delta projection; default ceil(width / 16)")
-    chunk: int | None = Field(None, ge=1, description="scan chunk length; default T up to 128 steps (one fused loop), else 2 sqrt(T)")
+    chunk: int | None = Field(None, ge=1, description="scan chunk length; default: chunks of >= 8 steps so that a step advances about 128 states (batch x chunks), one chunk where that gives fewer than 4")
     scan: Literal["chunked", "reference"] = Field("chunked", description="training scan: chunked, or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
 
@@ -32,69 +33,6 @@ def _cuda_kernel():
     except ImportError:
         return None
     return selective_scan_fn
-
-
-FUSED_LOOP_MAX_LEN = 128
-"""Up to this length the default scan is one fused loop over time (the fastest on CPU there); longer ones are chunked."""
-
-
-def selective_scan_reference(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """y_t = C_t h_t with h_t = exp(Delta_t A) h_{t-1} + Delta_t u_t B_t, one step at a time, every state kept (eq. 2a-2b)."""
-    h = torch.zeros(*u.shape[:1], *a.shape, dtype=u.dtype, device=u.device)
-    states = []
-    for delta_t, u_t, b_t in zip(delta.unbind(1), u.unbind(1), b.unbind(1)):
-        h = torch.exp(delta_t.unsqueeze(-1) * a) * h + (delta_t * u_t).unsqueeze(-1) * b_t.unsqueeze(-2)
-        states.append(h)
-    return (torch.stack(states, 1) @ c.unsqueeze(-1)).squeeze(-1)
-
-
-def _scan_chunks(delta: torch.Tensor, a: torch.Tensor, drive_in: torch.Tensor, b: torch.Tensor,
-                 c: torch.Tensor | None, h: torch.Tensor | None) -> torch.Tensor:
-    """Run the recurrence over the offsets of every chunk at once ([B, n, C, ...] inputs, state [B, n, E, N]).
-
-    Returns the outputs C_t h_t [B, n, C, E] when ``c`` is given, else the last state of each chunk.
-    """
-    ys = []
-    steps = zip(delta.unbind(2), drive_in.unbind(2), b.unbind(2), c.unbind(2) if c is not None else [None] * delta.shape[2])
-    for delta_t, drive_t, b_t, c_t in steps:
-        drive = drive_t.unsqueeze(-1) * b_t.unsqueeze(-2)
-        h = drive if h is None else torch.addcmul(drive, torch.exp(delta_t.unsqueeze(-1) * a), h)
-        if c_t is not None:
-            ys.append((h @ c_t.unsqueeze(-1)).squeeze(-1))
-    return torch.stack(ys, 2) if c is not None else h
-
-
-def selective_scan(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
-                   chunk: int | None = None) -> torch.Tensor:
-    """The same outputs as the reference in O(T/C + C) sequential steps, never stacking a [B, T, E, N] tensor of states.
-
-    Time is cut into n chunks of C. A pass over the C offsets scans every chunk at once from a zero state
-    and keeps only each chunk's last state; a pass over the n chunks carries the true state across chunk
-    boundaries (a chunk's total decay is exp(A sum Delta)); a second pass over the offsets restarts every
-    chunk from its true state and emits C_t h_t as it goes. Short sequences (the default up to
-    ``FUSED_LOOP_MAX_LEN``) take one chunk, where this is a single fused loop over time.
-    """
-    batch, length, inner = u.shape
-    chunk = chunk or (length if length <= FUSED_LOOP_MAX_LEN else 2 * math.isqrt(length))
-    chunk = min(chunk, length)
-    n = -(-length // chunk)
-    pad = n * chunk - length
-    if pad:
-        delta, u, b, c = (F.pad(x, (0, 0, 0, pad)) for x in (delta, u, b, c))
-    delta, b, c = delta.view(batch, n, chunk, inner), b.view(batch, n, chunk, -1), c.view(batch, n, chunk, -1)
-    drive_in = delta * u.view(batch, n, chunk, inner)
-    h = None
-    if n > 1:
-        last = _scan_chunks(delta, a, drive_in, b, None, None)
-        total_decay = torch.exp(delta.sum(2).unsqueeze(-1) * a)
-        start = torch.zeros_like(last[:, 0])
-        starts = [start]
-        for k in range(n - 1):
-            start = torch.addcmul(last[:, k], total_decay[:, k], start)
-            starts.append(start)
-        h = torch.stack(starts, 1)
-    y = _scan_chunks(delta, a, drive_in, b, c, h)
-    return y.reshape(batch, n * chunk, inner)[:, :length]
 
 
 @dataclass
