@@ -39,8 +39,10 @@ def test_base_may_name_a_runconfig_file_beside_the_spec(tmp_path):
 
 
 def test_default_seed_and_no_lr_grid_keep_the_model_default_lr():
+    from sepbench.models import MODELS
+
     (cfg,) = SweepSpec.build({"base": {**BASE, "model": {"name": "lstm"}}}).expand()
-    assert cfg.seed == 0 and cfg.train.lr == pytest.approx(1e-3)
+    assert cfg.seed == 0 and cfg.train.lr == MODELS.get("lstm").default_lr
 
 
 @pytest.mark.parametrize("data, fragment", [

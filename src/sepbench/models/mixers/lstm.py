@@ -13,7 +13,7 @@ from sepbench.models.registry import MODELS
 class LSTMMixer(Mixer):
     """One LSTM layer; the state is (h, c), 2 x width floats per example, whatever the length."""
 
-    default_lr = 1e-3
+    default_lr = 3e-3  # measured on Index Lookup: N = 5 solved in 1500 steps (1e-3: 0.47); N = 20 0.23 (1e-3: 0.17)
     default_positions = "none"
     default_mlp = False
 
