@@ -5,8 +5,8 @@ import torch
 from sepbench.config import ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers.linear import feature_map, linear_attention_chunked, linear_attention_reference
-from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.mixers.retnet import head_decays
+from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.mixers.sparse import allowed_mask, default_block_size
 
 
@@ -111,6 +111,12 @@ def test_mamba_chunked_scan_runs_without_grad():
     torch.testing.assert_close(fast, selective_scan_reference(delta, a, u, b, c))
 
 
+def test_mamba_chunked_scan_refuses_mixed_dtypes():
+    x, bc = torch.rand(1, 4, 2), torch.rand(1, 4, 3)
+    with pytest.raises(TypeError, match="one dtype"):
+        selective_scan(x, -torch.rand(2, 3, dtype=torch.double), x, bc, bc)
+
+
 def test_mamba_selection_depends_on_the_input():
     torch.manual_seed(0)
     mixer = build_model(ModelConfig(name="mamba", layers=1, width=16), 5, 8).blocks[0].mixer
@@ -144,3 +150,32 @@ def test_mamba_model_with_chunked_scan_matches_the_reference_scan():
         model = build_model(ModelConfig(name="mamba", layers=2, width=16, options={"scan": scan}), 9, 30).double()
         outputs.append(model(tokens))
     torch.testing.assert_close(outputs[0], outputs[1])
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_mamba_chunked_scan_on_cuda_matches_the_reference():
+    torch.manual_seed(0)
+    delta = torch.rand(2, 300, 8, device="cuda", requires_grad=True)
+    a = (-torch.rand(8, 4, device="cuda") * 3).requires_grad_()
+    u, b, c = (torch.randn(2, 300, d, device="cuda", requires_grad=True) for d in (8, 4, 4))
+    inputs = (delta, a, u, b, c)
+    fast, slow = selective_scan(*inputs), selective_scan_reference(*inputs)
+    torch.testing.assert_close(fast, slow, atol=1e-4, rtol=1e-4)
+    fast_grads = torch.autograd.grad(fast.sum(), inputs)
+    for fast_grad, slow_grad in zip(fast_grads, torch.autograd.grad(slow.sum(), inputs)):
+        torch.testing.assert_close(fast_grad, slow_grad, atol=1e-3, rtol=1e-3)
+
+
+@needs_cuda
+def test_mamba_ssm_kernel_matches_the_reference_scan():
+    pytest.importorskip("mamba_ssm")
+    tokens = torch.randint(0, 9, (2, 30), device="cuda")
+    outputs = []
+    for options in ({"kernel": True}, {"kernel": False, "scan": "reference"}):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name="mamba", layers=2, width=16, options=options), 9, 30).cuda()
+        outputs.append(model(tokens))
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-4, rtol=1e-3)

@@ -73,8 +73,8 @@ def _chunk_starts(delta: torch.Tensor, decays: torch.Tensor, a: torch.Tensor, x:
 class ChunkedSelectiveScan(torch.autograd.Function):
     """The chunked scan with a hand-written backward: no autograd graph per step, O(T/C + C) sequential steps.
 
-    The forward keeps its inputs, the decays exp(Delta_t A) and each chunk's start state, never the states
-    themselves. The backward recomputes the states, runs the adjoint recurrence
+    The forward keeps its inputs, the decays exp(Delta_t A) (as large as all the states together) and each
+    chunk's start state; the backward rebuilds the states beside them, runs the adjoint recurrence
     g_t = C_t dy_t + exp(Delta_{t+1} A) g_{t+1} backwards in the same chunked way, and forms every gradient
     from (g_t, h_{t-1}) as it goes. Every step works in place on preallocated tensors: on CPU a fresh
     [B, n, E, N] tensor per step costs more than the arithmetic.
@@ -121,31 +121,34 @@ class ChunkedSelectiveScan(torch.autograd.Function):
             for k in range(n - 2, -1, -1):
                 torch.addcmul(g[:, k + 1], total[:, k + 1], carry[:, k + 1], out=carry[:, k])
         grad_x, grad_d, grad_b, grad_c = (torch.empty_like(v) for v in (x, d, bo, co))
-        weighted = torch.zeros_like(starts)
-        q = torch.empty_like(starts)
-        g = carry.addcmul_(gy[-1].unsqueeze(-1), co[-1].unsqueeze(-2))
+        grad_a = torch.zeros_like(starts)  # per chunk, summed at the end
+        grad_log_decay = torch.empty_like(starts)
+        g = carry.addcmul_(gy[-1].unsqueeze(-1), co[-1].unsqueeze(-2))  # the adjoint at each chunk's last offset
         for t in range(chunk - 1, -1, -1):
             torch.matmul(gy[t].unsqueeze(-2), states[t], out=grad_c[t].unsqueeze(-2))
             torch.matmul(bo[t].unsqueeze(-2), g.mT, out=grad_x[t].unsqueeze(-2))
             torch.matmul(x[t].unsqueeze(-2), g, out=grad_b[t].unsqueeze(-2))
             g.mul_(decays[t])
-            torch.mul(g, states[t - 1] if t else starts, out=q)  # d loss / d (Delta_t A) at every (e, n)
-            weighted.addcmul_(q, d[t].unsqueeze(-1))
-            torch.sum(q.mul_(a), -1, out=grad_d[t])
+            torch.mul(g, states[t - 1] if t else starts, out=grad_log_decay)  # d loss / d (Delta_t A)
+            grad_a.addcmul_(grad_log_decay, d[t].unsqueeze(-1))
+            torch.sum(grad_log_decay.mul_(a), -1, out=grad_d[t])
             if t:
                 g.addcmul_(gy[t - 1].unsqueeze(-1), co[t - 1].unsqueeze(-2))
         length = ctx.length
         grad_x, grad_d, grad_b, grad_c = (_from_offset(v)[:, :length] for v in (grad_x, grad_d, grad_b, grad_c))
         delta = _from_offset(d)[:, :length]
-        return grad_d + grad_x * u[:, :length], weighted.sum((0, 1)), grad_x * delta, grad_b, grad_c, None
+        return grad_d + grad_x * u[:, :length], grad_a.sum((0, 1)), grad_x * delta, grad_b, grad_c, None
 
 
 def selective_scan(delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
                    chunk: int | None = None) -> torch.Tensor:
-    """The reference's outputs and gradients in O(T/C + C) sequential steps, never stacking states in the forward.
+    """The reference's outputs and gradients in O(T/C + C) sequential steps.
 
     Time is cut into n chunks of C (default ``default_chunk``); every chunk advances one offset per step.
-    With one chunk this is a single loop over time.
+    With one chunk this is a single loop over time. First-order gradients only.
     """
+    dtypes = {x.dtype for x in (delta, a, u, b, c)}
+    if len(dtypes) > 1:
+        raise TypeError(f"selective_scan needs Delta, A, u, B, C of one dtype, got {sorted(map(str, dtypes))}")
     batch, length, _ = u.shape
     return ChunkedSelectiveScan.apply(delta, a, u, b, c, min(chunk or default_chunk(length, batch), length))
