@@ -103,7 +103,7 @@ def test_mamba_chunked_scan_backward_passes_gradcheck():
 
 def test_mamba_chunked_scan_runs_without_grad():
     torch.manual_seed(0)
-    delta, u = torch.rand(1, 9, 2), torch.randn(1, 9, 2)
+    delta, u = torch.rand(1, 9, 2, requires_grad=True), torch.randn(1, 9, 2)
     a, b, c = -torch.rand(2, 3), torch.randn(1, 9, 3), torch.randn(1, 9, 3)
     with torch.no_grad():
         fast = selective_scan(delta, a, u, b, c, chunk=4)

@@ -113,9 +113,9 @@ class ChunkedSelectiveScan(torch.autograd.Function):
         # the adjoint that enters each chunk's last state from the chunks after it
         carry = torch.zeros_like(starts)
         if n > 1:
-            g = torch.zeros_like(starts)
-            for t in range(chunk - 1, -1, -1):
-                _advance(g, decays[t + 1] if t + 1 < chunk else 1.0, gy[t], co[t])
+            g = gy[-1].unsqueeze(-1) * co[-1].unsqueeze(-2)
+            for t in range(chunk - 2, -1, -1):
+                _advance(g, decays[t + 1], gy[t], co[t])
             g.mul_(decays[0])
             total = _decay(d.sum(0), a)
             for k in range(n - 2, -1, -1):
