@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from sepbench.config import RunConfig
 
-RunStatus = Literal["solved", "completed", "diverged", "failed"]
+RunStatus = Literal["solved", "completed", "diverged", "failed", "pruned"]
 
 
 class EvalPoint(BaseModel):
@@ -18,7 +18,8 @@ class EvalPoint(BaseModel):
 
 
 class RunResult(BaseModel):
-    """One run. ``status``: solved (reached the threshold), completed (ran all steps), diverged, failed."""
+    """One run. ``status``: solved (reached the threshold), completed (ran all steps), diverged, failed, or
+    pruned (stopped early by a learning-rate search; its curve is kept, it is never read as unsolved)."""
 
     config: RunConfig
     config_hash: str
