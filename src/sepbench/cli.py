@@ -16,6 +16,7 @@ from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
 from sepbench.registry import UnknownNameError
+from sepbench.store import StoreError
 
 if TYPE_CHECKING:
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
@@ -38,7 +39,7 @@ def bad_input_exits() -> Iterator[None]:
     """Turn a configuration problem into one line on stderr and exit code 2."""
     try:
         yield
-    except (ConfigError, UnknownNameError, FileNotFoundError) as problem:
+    except (ConfigError, UnknownNameError, FileNotFoundError, StoreError) as problem:
         err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(BAD_INPUT) from None
 
@@ -187,11 +188,16 @@ def run(
     config: Optional[Path] = typer.Option(None, help="YAML file with task/model/train/seed/device sections"),
     assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),
     force: bool = typer.Option(False, help="train again even if the store has this config"),
+    retrain_stale: bool = typer.Option(False, "--retrain-stale",
+                                       help="train again if the stored run came from other code (see docs/sweeps.md)"),
     progress: Optional[bool] = typer.Option(None, help="show a progress bar [default: when on a terminal]"),
 ) -> None:
     """Train one model on one task and store the result."""
     from sepbench.store import Store
+    from sepbench.sweep.executors import failed_result
     from sepbench.train import train
+    from sepbench.train.environment import code_version, resolve_device
+    from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     with bad_input_exits():
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
@@ -200,18 +206,44 @@ def run(
                  "train.batch_size": batch_size, "train.lr": lr, "seed": seed, "device": device}
         cfg = build_run_config(config, flags, assignments)
         db = Store(store)
+        db.check_writable()
         key = cfg.config_hash()
         cached = None if force else db.get(key)
-        if cached is None:
+        stale = cached is not None and cached.code_version != code_version()
+        if cached is None or (stale and retrain_stale):
             try:
-                result = train(cfg, progress=progress)
-            except ValueError as problem:
+                check_memory(cfg, resolve_device(cfg.device))
+            except (MemoryRefused, ValueError) as problem:
                 raise ConfigError(str(problem)) from None
-            db.put(result)
-        else:
-            result = cached
-            err.print(f"config {key} is already in {db.path}; showing the stored run (use --force to train again)")
+    if cached is not None and not (stale and retrain_stale):
+        err.print(f"config {key} is already in {db.path}; showing the stored run (use --force to train again)",
+                  markup=False, highlight=False, soft_wrap=True)
+        if stale:
+            err.print(f"note: that run came from other code ({_code_of(cached)}; this is {code_version()}); "
+                      "--retrain-stale trains it again", markup=False, highlight=False, soft_wrap=True)
+        _print_result(cached, db.path)
+        return
+    try:
+        result = train(cfg, progress=progress)
+    except ValueError as problem:
+        err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(BAD_INPUT) from None
+    except Exception as problem:  # noqa: BLE001 - an allocation failure is this run's result, stored as failed
+        if not is_out_of_memory(problem):
+            raise
+        result = failed_result(cfg, problem, "out of memory")
+    db.put(result)
     _print_result(result, db.path)
+    if result.status == "failed":
+        err.print(f"error: run {key} failed ({result.error}); stored as failed in {db.path}",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _code_of(result) -> str:
+    version = result.code_version or "unknown"
+    return f"code {version}, sepbench {result.version or '?'}" + (f", commit {result.git_commit[:10]}"
+                                                                   if result.git_commit else "")
 
 
 def _parse_lengths(text: str, flag: str = "--eval-lengths") -> list[int]:
@@ -228,6 +260,7 @@ def _print_result(result, path: Path) -> None:
     table.add_column("value")
     rows = {
         "status": result.status,
+        "error": result.error,
         **{name: f"{value:.4f}" for name, value in result.metrics.items()},
         "steps": result.steps,
         "steps to threshold": result.steps_to_threshold,
@@ -294,6 +327,7 @@ def construct(
             raise ConfigError(f"lengths must be >= 4 (and even for {name}); got {small}")
         if code_width is not None and code_width < 1:
             raise ConfigError(f"--code-width must be >= 1, got {code_width}")
+        _refuse_constructions_that_cannot_fit(name, sizes, code_width)
     table = Table("N", "layers", "code width", "model width", "instances", "accuracy", "details",
                   title=f"{name}: {CONSTRUCTIONS[name]}")
     for n in sizes:
@@ -343,6 +377,23 @@ def bounds(
         out.print(table)
 
 
+def _refuse_constructions_that_cannot_fit(name: str, sizes: list[int], code_width: int | None) -> None:
+    import torch
+
+    from sepbench.theory.constructions import memory_floor
+    from sepbench.train.memory import free_memory, gib
+
+    free = free_memory(torch.device("cpu"))
+    if free is None:
+        return
+    for n in sizes:
+        need = memory_floor(name, n, code_width)
+        if need > free:
+            raise ConfigError(f"{name} at N={n} needs at least {gib(need)} (position codes and tables"
+                              f"{', N x N scores' if name == 'nearest_neighbor' else ''}) but the machine has "
+                              f"{gib(free)} free; choose a smaller --length")
+
+
 class SweepBackend(str, Enum):
     local = "local"
     ray = "ray"
@@ -357,37 +408,69 @@ def sweep(
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
     device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
+    retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
+    force: bool = typer.Option(False, "--force", help="train every run again, stored or not"),
 ) -> None:
-    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume."""
+    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
+
+    Exits 1 when any run of the sweep is failed (now or stored earlier), listing each with its reason.
+    """
     from sepbench.store import Store
-    from sepbench.sweep import SweepSpec, pending, run_sweep
+    from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
     from sepbench.sweep.progress import SweepProgress
 
+    reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     with bad_input_exits():
         spec = SweepSpec.from_yaml(spec_file)
         if device is not None:
             spec.base = apply_overrides(spec.base, {"device": device})
         configs = spec.expand()
-    db = Store(store)
-    todo = pending(configs, db)
-    out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
-              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+        db = Store(store)
+        if not dry_run:
+            db.check_writable()
+        todo = plan(configs, db, reuse)
+    out.print(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
+              f"{len(todo.todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+    _say_reused(todo)
     if dry_run:
-        for cfg in todo:
+        for cfg in todo.todo:
             flat = _flatten(cfg.model_dump(mode="json"))
             out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
                       highlight=False, soft_wrap=True)
         return
-    with SweepProgress(spec.name, len(todo), err) as progress:
+    with SweepProgress(spec.name, len(todo.todo), err) as progress:
         try:
-            outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
-                                on_result=progress.advance)
+            outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
+                                on_result=progress.advance, reuse=reuse)
         except RuntimeError as problem:
             err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(BAD_INPUT) from None
-    failed = len(outcome.failed)
+    failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
-              f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+              f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",
+              highlight=False, soft_wrap=True)
+    _exit_on_failures({**todo.failed_kept, **failed}, "sweep")
+
+
+def _say_reused(todo) -> None:
+    if todo.stale_kept:
+        err.print(f"note: {todo.stale_kept} stored runs came from other code than this one; they are reused "
+                  "(--retrain-stale trains them again)", markup=False, highlight=False, soft_wrap=True)
+    if todo.failed_kept:
+        err.print(f"note: {len(todo.failed_kept)} stored runs are failed and are not retried "
+                  "(--retry-failed trains them again)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _exit_on_failures(failed: dict[str, str], command: str) -> None:
+    """List the failed runs of this command, one line each, and exit 1; nothing when none failed."""
+    if not failed:
+        return
+    for key, reason in failed.items():
+        err.print(f"failed: {key}: {reason}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"error: {len(failed)} runs of this {command} failed (listed above); fix the cause and rerun with "
+              "--retry-failed", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 def _parse_ints(text: str, option: str) -> list[int]:
@@ -417,9 +500,17 @@ def minwidth(
     config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
     assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
     resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
+    retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
+    force: bool = typer.Option(False, "--force", help="train every run the search visits again"),
 ) -> None:
-    """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law."""
+    """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law.
+
+    A width whose runs failed (out of memory, a crash) shows as failed, never as unsolved; the command then
+    exits 1.
+    """
     from sepbench.store import Store
+    from sepbench.sweep import Reuse
     from sepbench.sweep.progress import SweepProgress
     from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
 
@@ -436,10 +527,13 @@ def minwidth(
         for n in grid_lengths:
             for w in grid_widths:
                 RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
-    db = Store(store)
+        db = Store(store)
+        db.check_writable()
     most_visited = len(set(grid_widths)).bit_length()
     progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
-    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
+    reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
+    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance,
+                              reuse=reuse)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
@@ -447,11 +541,21 @@ def minwidth(
     table.add_column("smallest width", justify="right")
     table.add_column("widths evaluated")
     for n, w in search.smallest.items():
-        tried = ", ".join(f"{x}:{'solved' if ok else 'no'}" for x, ok in sorted(search.checked[n].items()))
-        table.add_row(str(n), "none in grid" if w is None else str(w), tried)
+        failed = search.failed.get(n, {})
+        tried = ", ".join(f"{x}:{'solved' if ok else 'failed' if x in failed else 'no'}"
+                          for x, ok in sorted(search.checked[n].items()))
+        open_below = search.undetermined_below(n)
+        found = "none in grid" if w is None else str(w)
+        if open_below:
+            found = f"{found} (width {', '.join(map(str, open_below))} failed: undetermined)"
+        table.add_row(str(n), found, tried)
     out.print(table)
+    determined = {n: w for n, w in search.smallest.items() if not search.undetermined_below(n)}
+    if len(determined) < len(search.smallest):
+        out.print(f"left out of the fits: lengths {', '.join(str(n) for n in search.smallest if n not in determined)} "
+                  "(a failed width leaves their smallest width open)", highlight=False, soft_wrap=True)
     try:
-        power, log = fit_power_law(search.smallest, resamples=resamples), fit_log_law(search.smallest)
+        power, log = fit_power_law(determined, resamples=resamples), fit_log_law(determined)
     except ValueError as problem:
         out.print(f"no fit: {problem}", highlight=False)
     else:
@@ -461,6 +565,8 @@ def minwidth(
         out.print(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}",
                   highlight=False, soft_wrap=True)
     out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+    _exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
+                       for w, reason in widths_.items()}, "width search")
 
 
 @app.command("report")
@@ -488,6 +594,9 @@ def report(
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
         results, random_networks = db.results(), db.query_softmax_vs_linear()
+    for key, reason in db.unreadable:
+        err.print(f"warning: stored run {key} cannot be read and is left out ({reason})", markup=False,
+                  highlight=False, soft_wrap=True)
     outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
                            random_networks=random_networks)
     out.print(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})",
@@ -523,6 +632,7 @@ def softmax_vs_linear(
 
     with bad_input_exits():
         where = _device(device)
+        Store(store).check_writable()
         if figure == "learned":
             learned = _learned_config(lengths, steps, seed)
         else:

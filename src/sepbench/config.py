@@ -15,9 +15,9 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    """A pydantic model that rejects unknown fields."""
+    """A pydantic model that rejects unknown fields and non-finite numbers (``--lr inf`` is bad input)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, frozen=False, allow_inf_nan=False)
 
 
 class NoOptions(StrictModel):

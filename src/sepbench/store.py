@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
+from pydantic import ValidationError
 
 from sepbench.train.result import RunResult
 
@@ -69,24 +71,54 @@ def default_store_path() -> Path:
     return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
 
+class StoreError(ValueError):
+    """The store cannot be read or written; the message is one line naming the path and the problem."""
+
+
 class Store:
     """Runs on disk. Each ``put`` is one transaction, so a killed writer never leaves half a row."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
+        self.unreadable: list[tuple[str, str]] = []
+        """(config hash, reason) of the rows the last ``results`` call could not read and left out."""
+
+    def check_writable(self) -> None:
+        """Raise StoreError unless a run could be stored here: called before any training starts."""
+        if self.path.is_dir():
+            raise StoreError(f"store {self.path} is a directory; give a file path such as {self.path / DEFAULT_STORE}")
+        folder = self.path.parent
+        blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise StoreError(f"store {self.path} cannot be created: {blocker} is a file, not a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".sepbench-probe-"):
+                pass
+        except OSError as error:
+            raise StoreError(f"store folder {folder} is not writable ({error.strerror or error})") from None
+        if self.path.exists():
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
 
     @contextmanager
     def _connect(self, create: bool = True) -> Iterator[sqlite3.Connection]:
+        if self.path.is_dir():
+            raise StoreError(f"store {self.path} is a directory; give a file path such as {self.path / DEFAULT_STORE}")
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise FileNotFoundError(f"no store at {self.path}")
-        with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA busy_timeout=60000")
-            conn.executescript(SCHEMA)
-            conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
-            yield conn
+        try:
+            with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA busy_timeout=60000")
+                conn.executescript(SCHEMA)
+                conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
+                yield conn
+        except sqlite3.DatabaseError as error:
+            raise StoreError(f"store {self.path} cannot be used: {error} (is it a sepbench SQLite store?)") from None
 
     def put(self, result: RunResult) -> None:
         cfg = result.config
@@ -107,16 +139,50 @@ class Store:
             return None
         with self._connect() as conn:
             row = conn.execute("SELECT result FROM runs WHERE config_hash = ?", (config_hash,)).fetchone()
-        return RunResult.model_validate_json(row[0]) if row else None
+        return self._read(config_hash, row[0]) if row else None
+
+    def stored(self) -> dict[str, tuple[str, str, str | None]]:
+        """Per stored config hash: (status, code version, error), read without parsing the full results."""
+        if not self.path.exists():
+            return {}
+        with self._connect() as conn:
+            rows = conn.execute("SELECT config_hash, status, result FROM runs").fetchall()
+        found = {}
+        for key, status, text in rows:
+            try:
+                data = json.loads(text)  # Python's json reads the NaN / Infinity that SQLite's json_extract refuses
+            except ValueError:
+                data = {}
+            found[key] = (status, data.get("code_version") or "", data.get("error"))
+        return found
 
     def results(self, **where: Any) -> list[RunResult]:
-        """Full results, optionally filtered on indexed columns (task=..., model=..., ...)."""
+        """Full results, optionally filtered on indexed columns (task=..., model=..., ...).
+
+        A row that cannot be read is left out and named in ``self.unreadable``, so one bad row never
+        breaks a report of the rest.
+        """
         sql, args = self._where(where)
+        self.unreadable = []
         if not self.path.exists():
             return []
         with self._connect() as conn:
-            rows = conn.execute(f"SELECT result FROM runs{sql} ORDER BY created_at, config_hash", args).fetchall()
-        return [RunResult.model_validate_json(r[0]) for r in rows]
+            rows = conn.execute(f"SELECT config_hash, result FROM runs{sql} ORDER BY created_at, config_hash",
+                                args).fetchall()
+        found = []
+        for config_hash, text in rows:
+            try:
+                found.append(RunResult.model_validate_json(text))
+            except ValidationError as error:
+                self.unreadable.append((config_hash, _first_problem(error)))
+        return found
+
+    @staticmethod
+    def _read(config_hash: str, text: str) -> RunResult:
+        try:
+            return RunResult.model_validate_json(text)
+        except ValidationError as error:
+            raise StoreError(f"stored run {config_hash} cannot be read: {_first_problem(error)}") from None
 
     def query(self, **where: Any) -> pd.DataFrame:
         """One row per run with the summary columns, optionally filtered (task=..., model=..., ...)."""
@@ -161,3 +227,8 @@ class Store:
         if not where:
             return "", []
         return " WHERE " + " AND ".join(f"{k} = ?" for k in where), list(where.values())
+
+
+def _first_problem(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

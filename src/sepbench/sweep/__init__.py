@@ -1,5 +1,5 @@
 """Sweeps: a grid of runs from one YAML spec, run on a process pool or Ray, resumable through the store."""
-from sepbench.sweep.executors import SweepOutcome, execute, failed_result, pending, run_sweep
+from sepbench.sweep.executors import Plan, Reuse, SweepOutcome, execute, failed_result, pending, plan, run_sweep
 from sepbench.sweep.spec import SweepSpec
 
-__all__ = ["SweepOutcome", "SweepSpec", "execute", "failed_result", "pending", "run_sweep"]
+__all__ = ["Plan", "Reuse", "SweepOutcome", "SweepSpec", "execute", "failed_result", "pending", "plan", "run_sweep"]

@@ -19,21 +19,29 @@ Backend = Literal["local", "ray"]
 OnResult = Callable[[RunResult], None]
 
 
-def failed_result(config: RunConfig, error: BaseException) -> RunResult:
+def failed_result(config: RunConfig, error: BaseException, kind: str | None = None) -> RunResult:
     """A run that raised: recorded with its error so the sweep goes on and the grid shows the hole."""
+    from sepbench.train.environment import code_version, package_version
+
     last = traceback.format_exception_only(type(error), error)[-1].strip()
-    return RunResult(config=config, config_hash=config.config_hash(), status="failed", error=last,
-                     created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return RunResult(config=config, config_hash=config.config_hash(), status="failed",
+                     error=f"{kind}: {error}" if kind else last, version=package_version(),
+                     code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
 def execute(config: RunConfig) -> RunResult:
-    """Train one run; an exception becomes a 'failed' result instead of ending the sweep."""
+    """Train one run; a run that cannot fit, or raises, becomes a 'failed' result instead of ending the sweep."""
     from sepbench.train import train
+    from sepbench.train.environment import resolve_device
+    from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     try:
+        check_memory(config, resolve_device(config.device))
         return train(config, progress=False)
+    except MemoryRefused as error:
+        return failed_result(config, error, "out of memory (estimated before training)")
     except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
-        return failed_result(config, error)
+        return failed_result(config, error, "out of memory" if is_out_of_memory(error) else None)
 
 
 def _single_threaded() -> None:
@@ -70,10 +78,53 @@ def _run_remote(config_json: str) -> str:
     return execute(RunConfig.model_validate_json(config_json)).model_dump_json()
 
 
-def pending(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
-    """The configs whose hash the store does not hold yet."""
-    done = set(store.query().config_hash) if store.path.exists() else set()
-    return [cfg for cfg in configs if cfg.config_hash() not in done]
+@dataclass(frozen=True)
+class Reuse:
+    """Which stored runs a sweep trains again: failed ones (``--retry-failed``), ones stored by other code
+    (``--retrain-stale``), or every one (``--force``). Diverged runs are results and are kept."""
+
+    retry_failed: bool = False
+    retrain_stale: bool = False
+    force: bool = False
+
+
+@dataclass
+class Plan:
+    """What a sweep will do with its configs, given the store."""
+
+    todo: list[RunConfig]
+    reused: int = 0
+    failed_kept: dict[str, str] = field(default_factory=dict)
+    """config hash -> error of stored failed runs that are not retried"""
+    stale_kept: int = 0
+    """reused runs that were stored by other code (``code_version`` differs)"""
+
+
+def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) -> Plan:
+    """Split ``configs`` into those to train and those the store already answers, under ``reuse``."""
+    from sepbench.train.environment import code_version
+
+    stored, current = store.stored(), code_version()
+    outcome = Plan(todo=[])
+    for cfg in configs:
+        found = stored.get(cfg.config_hash())
+        if found is None or reuse.force:
+            outcome.todo.append(cfg)
+            continue
+        status, version, error = found
+        if (status == "failed" and reuse.retry_failed) or (version != current and reuse.retrain_stale):
+            outcome.todo.append(cfg)
+            continue
+        outcome.reused += 1
+        outcome.stale_kept += version != current
+        if status == "failed":
+            outcome.failed_kept[cfg.config_hash()] = error or "no reason stored"
+    return outcome
+
+
+def pending(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) -> list[RunConfig]:
+    """The configs to train: those the store lacks, plus the stored ones ``reuse`` asks to train again."""
+    return plan(configs, store, reuse).todo
 
 
 def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult) -> None:
@@ -147,13 +198,18 @@ class SweepOutcome:
 
     @property
     def failed(self) -> list[RunResult]:
-        return [r for r in self.results if r.status in ("failed", "diverged")]
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def diverged(self) -> list[RunResult]:
+        return [r for r in self.results if r.status == "diverged"]
 
 
 def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend: Backend = "local",
-              address: str | None = None, on_result: OnResult | None = None) -> SweepOutcome:
-    """Run every config the store lacks; results are stored as they finish, so a killed sweep resumes."""
-    todo = pending(configs, store)
+              address: str | None = None, on_result: OnResult | None = None, reuse: Reuse = Reuse()) -> SweepOutcome:
+    """Run every config the store lacks (and those ``reuse`` retrains); results are stored as they finish, so a
+    killed sweep resumes."""
+    todo = pending(configs, store, reuse)
     outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo))
     start = time.perf_counter()
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, run_sweep
+from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.train.result import RunResult
 
 
@@ -110,19 +110,30 @@ def smallest_solving(widths: Sequence[int], solves: Callable[[int], bool]) -> tu
 
 @dataclass
 class WidthSearch:
-    """Smallest solving width per length, and the widths evaluated to find it."""
+    """Smallest solving width per length, the widths evaluated to find it, and the widths whose verdict failed
+    runs left open (length -> width -> reason); bisection moves past those as if unsolved, so a smallest width
+    above a failed one is an upper bound."""
 
     rule: SolvedRule
     smallest: dict[int, int | None] = field(default_factory=dict)
     checked: dict[int, dict[int, bool]] = field(default_factory=dict)
+    failed: dict[int, dict[int, str]] = field(default_factory=dict)
     trained: int = 0
+
+    def undetermined_below(self, length: int) -> list[int]:
+        """Failed widths under the smallest solving width found at ``length`` (all of them when none solved)."""
+        found = self.smallest.get(length)
+        return sorted(w for w in self.failed.get(length, {}) if found is None or w < found)
 
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
-                     store: Store, workers: int = 1, on_result: OnResult | None = None) -> WidthSearch:
+                     store: Store, workers: int = 1, on_result: OnResult | None = None,
+                     reuse: Reuse = Reuse()) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
-    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together.
+    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together. A
+    failed run (out of memory, a crash) is neither solved nor unsolved: when the other seeds cannot settle the
+    verdict, the width is recorded in ``failed``.
     """
     search = WidthSearch(rule=rule)
 
@@ -131,10 +142,18 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
                                                                    "seed": seed})) for seed in range(rule.m)]
                    for length, width in asked.items()}
         every = [cfg for group in configs.values() for cfg in group]
-        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result).results)
-        accuracy = {r.config_hash: r.accuracy if r.status != "failed" else 0.0
-                    for r in (store.get(cfg.config_hash()) for cfg in every)}
-        return {length: rule.solved([accuracy[cfg.config_hash()] for cfg in group]) for length, group in configs.items()}
+        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result,
+                                        reuse=reuse).results)
+        stored = {cfg.config_hash(): store.get(cfg.config_hash()) for cfg in every}
+        verdicts = {}
+        for length, group in configs.items():
+            runs = [stored[cfg.config_hash()] for cfg in group]
+            usable = [r.accuracy for r in runs if r.status != "failed"]
+            verdicts[length] = rule.solved(usable)
+            failures = [r.error or "no reason stored" for r in runs if r.status == "failed"]
+            if failures and not verdicts[length] and rule.solved(usable + [1.0] * len(failures)):
+                search.failed.setdefault(length, {})[asked[length]] = failures[0]
+        return verdicts
 
     search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)
     return search

@@ -472,6 +472,16 @@ CONSTRUCTIONS: dict[str, str] = {
 }
 
 
+def memory_floor(name: str, length: int, code_width: int | None = None) -> int:
+    """Bytes a construction at ``length`` needs at least: its float64 position codes and the model's position
+    table (width >= 2k + 1 with k >= log2 N), and Thm 7's N x N label-score check."""
+    k = code_width or max(8, math.ceil(math.log2(length + 1)))
+    floor = (length + 1) * k * 8 + (length + 2) * (2 * k + 1) * (8 + 4)
+    if name == "nearest_neighbor":
+        floor += 2 * length**2 * 8
+    return floor
+
+
 def construct(name: str, length: int, code_width: int | None = None, seed: int = 0) -> Construction:
     """The construction ``name`` at task size ``length``; ``code_width`` None uses ``min_code_width``."""
     if name not in CONSTRUCTIONS:

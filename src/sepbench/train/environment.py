@@ -1,6 +1,7 @@
 """Where a run happens: device choice, seeding, and the code version it ran."""
 from __future__ import annotations
 
+import hashlib
 import random
 import subprocess
 from functools import lru_cache
@@ -42,6 +43,23 @@ def package_version() -> str:
         from sepbench import __version__
 
         return __version__
+
+
+RESULT_CODE = ("config.py", "registry.py", "tasks", "models", "train")
+"""The parts of the package a run's result depends on; a change anywhere else (CLI, report, sweeps) keeps
+stored runs current."""
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of the source that decides a run's result (``RESULT_CODE``), the same for a checkout and an install."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for part in RESULT_CODE:
+        path = root / part
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(source.relative_to(root).as_posix().encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,9 @@ from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, measure_state_size
 from sepbench.tasks import Batch, Task, build_task
 from sepbench.train.decode import evaluate_by_generation
-from sepbench.train.environment import data_rng, git_commit, package_version, resolve_device, seed_everything
+from sepbench.train.environment import (
+    code_version, data_rng, git_commit, package_version, resolve_device, seed_everything,
+)
 from sepbench.train.result import EvalPoint, RunResult
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
@@ -115,6 +117,7 @@ class Trainer:
             parameters=count_parameters(self.model),
             device=str(self.device),
             version=package_version(),
+            code_version=code_version(),
             git_commit=git_commit(),
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )

@@ -1,25 +1,44 @@
 """RunResult: everything a finished run records."""
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sepbench.config import RunConfig
 
 RunStatus = Literal["solved", "completed", "diverged", "failed", "pruned"]
 
 
+NON_FINITE_JSON = ConfigDict(ser_json_inf_nan="constants")
+"""Write NaN and infinities as the JSON constants NaN / Infinity, which Python and pydantic read back."""
+
+
+def _null_as_nan(value: Any) -> Any:
+    """Stores written before non-finite numbers round-tripped hold a diverged loss as JSON null."""
+    return math.nan if value is None else value
+
+
 class EvalPoint(BaseModel):
+    model_config = NON_FINITE_JSON
+
     step: int
     loss: float
     accuracy: float
     seconds: float
 
+    @field_validator("loss", "accuracy", mode="before")
+    @classmethod
+    def _null_as_nan(cls, value: Any) -> Any:
+        return _null_as_nan(value)
+
 
 class RunResult(BaseModel):
     """One run. ``status``: solved (reached the threshold), completed (ran all steps), diverged, failed, or
     pruned (stopped early by a learning-rate search; its curve is kept, it is never read as unsolved)."""
+
+    model_config = NON_FINITE_JSON
 
     config: RunConfig
     config_hash: str
@@ -34,9 +53,17 @@ class RunResult(BaseModel):
     state_floats: int = 0
     device: str = "cpu"
     version: str = ""
+    code_version: str = Field("", description="hash of the code that decides a result (environment.code_version)")
     git_commit: str | None = None
     created_at: str = ""
     error: str | None = None
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics_null_as_nan(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {name: _null_as_nan(number) for name, number in value.items()}
+        return value
 
     @property
     def accuracy(self) -> float:

@@ -22,7 +22,7 @@ class DSSOptions(StrictModel):
 def hippo_normal_eigenvalues(n: int) -> torch.Tensor:
     """The N eigenvalues with positive imaginary part of the normal part of HiPPO-LegS of size 2N (Gupta et al. 2022, sec. 3.3)."""
     size = 2 * n
-    idx = torch.arange(size, dtype=torch.float64)
+    idx = torch.arange(size, dtype=torch.float64, device="cpu")  # init-time numerics, also under a meta device
     scale = torch.sqrt(2 * idx + 1)
     skew = 0.5 * scale[:, None] * scale[None, :]
     skew = torch.where(idx[:, None] > idx[None, :], -skew, skew)

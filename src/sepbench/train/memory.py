@@ -1,0 +1,149 @@
+"""How much memory a run needs, estimated before anything is allocated, and what the device has free."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sepbench.config import RunConfig
+
+FLOAT_BYTES = 4
+TOKEN_BYTES = 8 + 8 + 1
+"""An example position in a Batch: int64 input, int64 target, bool mask."""
+OPTIMIZER_COPIES = 4
+"""Weights, gradients and Adam's two moments."""
+SAVED_FLOATS_PER_UNIT = 160
+"""Upper bound on the floats saved for backward per (example, token, width unit, layer): the largest the zoo
+measured on the meta device was about 80 (the LSTM's gates and cell states), so this overestimates."""
+EVAL_HIDDEN_COPIES = 8
+"""Hidden-size tensors alive at once in a no-grad forward pass (residual, norm, mixer and MLP outputs)."""
+EXACT_ABOVE = 0.25
+"""When the quick upper bound exceeds this share of free memory, the activations are traced instead."""
+TRACE_TOKENS = 1024
+"""Longest sequence traced on the meta device; longer ones are scaled linearly (a recurrent step is a Python
+loop even there, and every mixer's saved activations grow linearly with length on its training path)."""
+
+
+class MemoryRefused(ValueError):
+    """The run cannot fit; the message is one line with the estimate and what the device has free."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one run needs at its peak, by what holds them; ``exact``: activations measured, not bounded."""
+
+    parameters: int
+    weights_and_optimizer: int
+    activations: int
+    evaluation: int
+    data: int
+    exact: bool
+
+    @property
+    def total(self) -> int:
+        return self.weights_and_optimizer + max(self.activations, self.evaluation) + self.data
+
+    def describe(self) -> str:
+        parts = {"weights and optimiser": self.weights_and_optimizer, "activations": self.activations,
+                 "evaluation": self.evaluation, "data": self.data}
+        return ", ".join(f"{name} {gib(value)}" for name, value in parts.items())
+
+
+def gib(count: int) -> str:
+    return f"{count / 2**30:.3g} GiB"
+
+
+def _model_on_meta(config: RunConfig, vocab_size: int, max_len: int) -> torch.nn.Module:
+    from sepbench.models import build_model
+
+    with torch.device("meta"):
+        return build_model(config.model, vocab_size, max_len)
+
+
+def _saved_bytes(model: torch.nn.Module, batch: int, length: int, vocab_size: int) -> int:
+    """Bytes autograd saves for backward in one training step, traced on the meta device (nothing allocated)."""
+    traced = min(length, TRACE_TOKENS)
+    saved = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += tensor.numel() * tensor.element_size()
+        return tensor
+
+    inputs = torch.zeros(batch, traced, dtype=torch.long, device="meta")
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(inputs)
+    return saved * length // traced + 2 * batch * length * vocab_size * FLOAT_BYTES
+
+
+def estimate_memory(config: RunConfig, free: int | None = None) -> MemoryEstimate:
+    """Peak bytes of ``config``'s run: weights, Adam, one step's activations or one evaluation chunk, and data.
+
+    A quick upper bound first; where it comes within ``EXACT_ABOVE`` of ``free``, the activations are traced
+    on the meta device instead (the model's forward at up to ``TRACE_TOKENS`` tokens, the loss's logits added).
+    """
+    from sepbench.tasks import build_task
+
+    task = build_task(config.task.name, config.task.length, config.task.options)
+    lengths = {config.task.length, *(config.task.eval_lengths or [])}
+    max_len = max(task.max_seq_len(n) for n in lengths)
+    tokens = task.max_seq_len()
+    train = config.train
+    model = _model_on_meta(config, task.vocab_size, max_len)
+    parameters = sum(p.numel() for p in model.parameters())
+    width, layers = config.model.width, config.model.layers
+    activations = train.batch_size * tokens * (SAVED_FLOATS_PER_UNIT * width * layers + 2 * task.vocab_size)
+    activations *= FLOAT_BYTES
+    rows = min(train.eval_batch_size, train.eval_samples)
+    evaluation = rows * max_len * (task.vocab_size + EVAL_HIDDEN_COPIES * width) * FLOAT_BYTES
+    data = sum(train.eval_samples * task.max_seq_len(n) for n in lengths) * TOKEN_BYTES
+    if train.data == "fixed":
+        data += train.train_size * tokens * TOKEN_BYTES
+    estimate = MemoryEstimate(parameters, OPTIMIZER_COPIES * FLOAT_BYTES * parameters, activations, evaluation, data,
+                              exact=False)
+    if free is not None and estimate.total > EXACT_ABOVE * free:
+        try:
+            exact = _saved_bytes(model, train.batch_size, tokens, task.vocab_size)
+        except (NotImplementedError, RuntimeError):
+            return estimate
+        estimate = MemoryEstimate(parameters, estimate.weights_and_optimizer, exact, evaluation, data, exact=True)
+    return estimate
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes the device can still give: CUDA's free memory, or the host's MemAvailable (None where unknown)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(config: RunConfig, device: torch.device) -> MemoryEstimate | None:
+    """Raise MemoryRefused when the run's estimate exceeds what ``device`` has free (None: nothing to compare)."""
+    free = free_memory(device)
+    if free is None:
+        return None
+    estimate = estimate_memory(config, free)
+    if estimate.total > free:
+        raise MemoryRefused(
+            f"this run needs about {gib(estimate.total)} ({estimate.describe()}) but {device.type} has "
+            f"{gib(free)} free; lower model.width, task.length, train.batch_size, train.eval_samples or "
+            f"train.eval_batch_size")
+    return estimate
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure (host or device), which a run records instead of crashing."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
