@@ -49,7 +49,8 @@ def test_a_plain_install_runs_the_demo_and_a_figure_outside_the_checkout(tmp_pat
     figure = run(sepbench, "softmax-vs-linear", "fig4a", "--trials", "2", "--device", "cpu", "--store", "s.db",
                  "--out", "out", cwd=work)
     assert "8 points stored" in figure.stdout and (work / "out" / "fig4a.png").is_file()
-    sweep = run(sepbench, "sweep", "configs/demo/index_lookup_separation.yaml", "--dry-run", "--store", "s.db", cwd=work)
+    spec = "configs/demo/index_lookup_separation.yaml"
+    sweep = run(sepbench, "sweep", spec, "--dry-run", "--store", "s.db", cwd=work)
     assert "9 runs" in sweep.stdout
     assert f"using the packaged {venv}" in sweep.stderr and "site-packages/sepbench/configs/demo" in sweep.stderr
 

@@ -47,6 +47,7 @@ def _options(
 ) -> None:
     pass
 
+
 BAD_INPUT = 2
 TABLE_COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "steps"]
 
@@ -543,7 +544,8 @@ def softmax_vs_linear(
     out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
     trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
     seed: Optional[int] = typer.Option(None, help="base seed; point i uses seed + i [default: the config's]"),
-    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs [default: the packaged configs/deng2023]"),
+    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs "
+                                              "[default: the packaged configs/deng2023]"),
     lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
     steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N"),
