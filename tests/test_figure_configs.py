@@ -3,11 +3,12 @@ from pathlib import Path
 
 import pytest
 
+from sepbench import configs as packaged
 from sepbench.config import ConfigError
 from sepbench.sweep import SweepSpec
 
-ROOT = Path(__file__).resolve().parent.parent
-SPECS = sorted((ROOT / "configs" / "bhattamishra2024").rglob("*.yaml"))
+ROOT = packaged.path("bhattamishra2024")
+SPECS = sorted(ROOT.rglob("*.yaml"))
 
 
 def expand(path: Path):
@@ -36,13 +37,13 @@ def test_quick_specs_hold_the_issue_comparisons():
 
 
 def test_paper_scale_lengths():
-    index_lookup = expand(ROOT / "configs" / "bhattamishra2024" / "fig2_index_lookup_transformer.yaml")
+    index_lookup = expand(ROOT / "fig2_index_lookup_transformer.yaml")
     assert sorted({c.task.length for c in index_lookup}) == [20, 50, 100, 200, 400]
     assert {c.train.steps for c in index_lookup} == {250_000}
 
 
 def test_paper_specs_select_the_best_of_the_papers_lr_grid():
-    spec = SweepSpec.from_yaml(ROOT / "configs" / "bhattamishra2024" / "fig2_index_lookup_recurrent.yaml")
+    spec = SweepSpec.from_yaml(ROOT / "fig2_index_lookup_recurrent.yaml")
     assert spec.lr_grid == [1e-2, 5e-3, 1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 1e-6] and spec.seeds == [0, 1, 2]
 
 

@@ -3,10 +3,11 @@ from pathlib import Path
 
 import pytest
 
+from sepbench import configs as packaged
 from sepbench.config import RunConfig, load_yaml
 from sepbench.sweep import SweepSpec
 
-ROOT = Path(__file__).resolve().parents[1] / "configs" / "yang2024"
+ROOT = packaged.path("yang2024")
 SPECS = sorted(p for p in ROOT.glob("fig*.yaml"))
 
 

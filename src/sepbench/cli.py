@@ -25,13 +25,43 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # rich markup would swallow the "[default: ...]" of hand-written help
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Measure how large each sequence model must be to solve a task as the task grows.",
 )
 out = Console()
 err = Console(stderr=True)
 
+
+def _print_version(requested: bool) -> None:
+    if requested:
+        from sepbench import __version__
+
+        out.print(f"sepbench {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    pass
+
+
 BAD_INPUT = 2
 TABLE_COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "steps"]
+
+
+def packaged_config(path: Path) -> Path:
+    """``path`` if it exists here, else the packaged config it names (said in one line on stderr)."""
+    from sepbench.configs import locate
+
+    found, is_packaged = locate(path)
+    if is_packaged:
+        err.print(f"{path} is not in {Path.cwd()}; using the packaged {found}", markup=False, highlight=False,
+                  soft_wrap=True)
+    return found
 
 
 @contextmanager
@@ -164,7 +194,7 @@ def _model_call(what: str, call):
 
 def build_run_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> RunConfig:
     """Defaults < config file < explicit flags < --set assignments."""
-    data = load_yaml(config_file) if config_file else {}
+    data = load_yaml(packaged_config(config_file)) if config_file else {}
     data = apply_overrides(data, {k: v for k, v in flags.items() if v is not None})
     data = apply_overrides(data, parse_assignments(assignments))
     return RunConfig.build(data)
@@ -422,7 +452,7 @@ def sweep(
 
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     with bad_input_exits():
-        spec = SweepSpec.from_yaml(spec_file)
+        spec = SweepSpec.from_yaml(packaged_config(spec_file))
         if device is not None:
             spec.base = apply_overrides(spec.base, {"device": device})
         configs = spec.expand()
@@ -520,7 +550,7 @@ def minwidth(
         except ValueError as problem:
             raise ConfigError(str(problem)) from None
         grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
-        data = load_yaml(config) if config else {}
+        data = load_yaml(packaged_config(config)) if config else {}
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
         base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
                                parse_assignments(assignments))
@@ -579,11 +609,14 @@ def report(
     flops_threshold: float = typer.Option(0.9, help="threshold of the min-FLOPs table (Yang et al. 2024, Table 2)"),
 ) -> None:
     """Write a self-contained HTML report and every figure as PNG and SVG from the stored runs."""
-    from sepbench.report import write_report
+    from sepbench.extras import require
     from sepbench.store import Store
     from sepbench.sweep.search import SolvedRule
 
     with bad_input_exits():
+        require("matplotlib", "report", "sepbench report")
+        from sepbench.report import write_report
+
         try:
             rule, flops_rule = SolvedRule(threshold, k, m), SolvedRule(flops_threshold, k, m)
         except ValueError as problem:
@@ -620,13 +653,15 @@ def softmax_vs_linear(
     out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
     trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
     seed: Optional[int] = typer.Option(None, help="base seed; point i uses seed + i [default: the config's]"),
-    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs [default: configs/deng2023]"),
+    config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs "
+                                              "[default: the packaged configs/deng2023]"),
     lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
     steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
     device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
 ) -> None:
     """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): one figure's sweep."""
+    from sepbench.extras import require
     from sepbench.store import Store
     from sepbench.theory.softmax_vs_linear import figures
 
@@ -636,6 +671,7 @@ def softmax_vs_linear(
         if figure == "learned":
             learned = _learned_config(lengths, steps, seed)
         else:
+            require("matplotlib", "report", "sepbench softmax-vs-linear")
             config = figures.load_figure(figure, config_dir or figures.CONFIG_DIR)
     if figure == "learned":
         _run_learned(learned, out_dir, where)

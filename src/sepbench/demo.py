@@ -8,24 +8,29 @@ Runs go to ``runs/demo.db`` (a second call reuses them); the report goes to ``ru
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from sepbench.report import write_report
+from sepbench import configs
+from sepbench.extras import MissingExtra, require
 from sepbench.store import Store
 from sepbench.sweep import SweepSpec, pending, run_sweep
 from sepbench.sweep.progress import SweepProgress
 from sepbench.sweep.search import SolvedRule
 
-SPEC = Path(__file__).resolve().parents[2] / "configs" / "demo" / "index_lookup_separation.yaml"
+SPEC = configs.path("demo", "index_lookup_separation.yaml")
 STORE, REPORT = Path("runs/demo.db"), Path("runs/demo_report")
 
 
 def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = REPORT, workers: int = 2) -> Path:
     """Run the sweep (reusing stored runs), print the table, write the report; returns the page's path."""
+    require("matplotlib", "report", "the demo")
+    from sepbench.report import write_report
+
     console = Console()
     start = time.perf_counter()
     spec = SweepSpec.from_yaml(spec_path)
@@ -59,4 +64,8 @@ def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = RE
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MissingExtra as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)

@@ -16,10 +16,11 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sepbench import configs
 from sepbench.config import ConfigError
 from sepbench.theory.softmax_vs_linear.experiment import PointResult, Setting, run_point
 
-CONFIG_DIR = Path(__file__).resolve().parents[4] / "configs" / "deng2023"
+CONFIG_DIR = configs.path("deng2023")
 RECONSTRUCTED = ("reconstructed definitions, ranges chosen by us (the paper's formulas and sweep ranges were lost; "
                  "see docs/softmax_vs_linear.md)")
 COLUMNS = ["figure", "parameter", "value", "model", "successes", "trials", "seed", "exp_d0_zero", "exp_d1_positive",

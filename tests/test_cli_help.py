@@ -1,0 +1,52 @@
+"""Help shows every default, -h works like --help everywhere, --version prints the version."""
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import sepbench
+from sepbench.cli import app
+
+runner = CliRunner()
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+def help_text(*args: str) -> str:
+    """The rendered help with the panel borders and line wrapping taken out."""
+    result = runner.invoke(app, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    return re.sub(r"\s+", " ", re.sub(r"[│╭╮╰╯─]", " ", result.output))
+
+
+@pytest.mark.parametrize("command, option, default", [
+    ("run", "--store", "[default: ./sepbench.db]"),
+    ("run", "--progress", "[default: when on a terminal]"),
+    ("construct", "--code-width", "[default: the smallest accepted]"),
+    ("sweep", "--address", "[default: a local instance]"),
+    ("softmax-vs-linear", "--trials", "[default: the config's, 100]"),
+    ("softmax-vs-linear", "--config-dir", "[default: the packaged configs/deng2023]"),
+    ("table2", "--dims", "[default: the widths Table 2 implies for the three Transformers]"),
+])
+def test_hand_written_defaults_survive_the_help_rendering(command, option, default):
+    text = help_text(command)
+    assert option in text and default in text
+
+
+def test_every_default_written_in_a_help_string_is_shown():
+    for name, command in typer.main.get_command(app).commands.items():
+        written = [m for p in command.params for m in re.findall(r"\[default: [^]]*\]", p.help or "")]
+        text = help_text(name)
+        assert [d for d in written if d not in text] == [], name
+
+
+@pytest.mark.parametrize("args", [[], *([c] for c in COMMANDS)], ids=lambda a: a[0] if a else "app")
+def test_dash_h_is_help(args):
+    short, long = runner.invoke(app, [*args, "-h"]), runner.invoke(app, [*args, "--help"])
+    assert short.exit_code == 0 and short.output == long.output and "Usage:" in short.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"sepbench {sepbench.__version__}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", sepbench.__version__)
