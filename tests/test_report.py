@@ -28,8 +28,10 @@ addEventListener("load", async () => {
   const svgs = [...document.querySelectorAll('a[href$=".svg"]')].map(a => {
     const img = new Image(); img.src = a.href; return img.decode().then(() => img.naturalWidth, () => 0);
   });
+  const figures = [...document.querySelectorAll("figure")];
   const report = {problems: __problems, images: [...document.images].map(i => i.naturalWidth),
-                  figures: [...document.querySelectorAll("figure")].map(f => f.id), svg: await Promise.all(svgs)};
+                  figures: figures.map(f => f.id), svg: await Promise.all(svgs),
+                  axes: Object.fromEntries(figures.map(f => [f.id, JSON.parse(f.dataset.axes)]))};
   document.body.insertAdjacentHTML("beforeend", "<pre id='browser-check'>" + JSON.stringify(report) + "</pre>");
 });
 </script>"""
@@ -75,7 +77,8 @@ def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromiu
     for slug in FIGURES:
         assert (report_dir / "figures" / f"{slug}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert ET.parse(report_dir / "figures" / f"{slug}.svg").getroot().tag.endswith("svg")
-        assert f'<figure id="{slug}"><img src="data:image/png;base64,' in page
+        assert re.search(f'<figure id="{slug}" data-axes="[^"]+"><img src="data:image/png;base64,', page)
+        assert json.loads((report_dir / "figures" / f"{slug}.json").read_text())
     for mirrored in ["Yang et al. 2024, Fig. 1", "Bhattamishra et al. 2024, Fig. 2 (left)",
                      "Bhattamishra et al. 2024, Fig. 2 (middle, right)", "Bhattamishra et al. 2024, Fig. 3",
                      "Yang et al. 2024, Table 2"]:
@@ -124,6 +127,20 @@ def check_in_browser(report_dir, tmp_path):
     assert report["figures"] == FIGURES
     assert len(report["images"]) == len(FIGURES) and all(width > 300 for width in report["images"])
     assert len(report["svg"]) == len(FIGURES) and all(width > 300 for width in report["svg"])
+    for slug, axes in report["axes"].items():
+        assert axes, slug
+        for ax in axes:
+            assert_axes_hold_their_points(ax, slug)
+    return report
+
+
+def assert_axes_hold_their_points(ax: dict, where: str) -> None:
+    """Every drawn point lies inside the axis limits, and at least two y ticks are visible."""
+    (x0, x1), (y0, y1) = sorted(ax["xlim"]), sorted(ax["ylim"])
+    outside = [(s["label"], p) for s in ax["series"] for p in s["points"]
+               if not (x0 <= p[0] <= x1 and y0 <= p[1] <= y1)]
+    assert outside == [], f"{where} {ax['title']}: points outside x {ax['xlim']}, y {ax['ylim']}: {outside[:3]}"
+    assert len(ax["yticks"]) >= 2, f"{where} {ax['title']}: y ticks {ax['yticks']} in {ax['ylim']}"
 
 
 @pytest.mark.parametrize("args, fragment", [
