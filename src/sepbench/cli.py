@@ -291,6 +291,8 @@ def results(
         err.print(f"no {matching} in {db.path} ({len(db)} runs stored)", markup=False, highlight=False,
                   soft_wrap=True)
         raise typer.Exit(1)
+    runs = runs.sort_values(["task", "model", "layers", "width", "length", "lr", "seed"], kind="stable",
+                            ignore_index=True)
     frame = runs if by_seed else seed_cells(runs, threshold)
     if output is ResultsFormat.table:
         _print_results(frame, runs, by_seed, threshold, db.path)

@@ -256,7 +256,7 @@ def min_width_notes(results: Sequence[RunResult], rule: SolvedRule) -> list[str]
             continue
         hint = (" Store more seeds of each cell, or report single-seed runs with --k 1 --m 1."
                 if (group.verdict == "undecided").any() else "")
-        notes.append(f"{task}: no width is solved ({rule}); cells: {why_unsolved(group)}.{hint}")
+        notes.append(f"{task}: no width is solved ({rule}): {why_unsolved(group)}.{hint}")
     return notes
 
 

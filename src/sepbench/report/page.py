@@ -79,7 +79,7 @@ def flops_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
 
 def _unsolved_cell(cells: pd.DataFrame) -> str:
     if (cells.verdict == "failed").all():
-        return f"failed: {why_unsolved(cells)}"
+        return "failed: " + "; ".join(sorted(set(cells.reason)))
     if cells.verdict.isin(["undecided", "failed"]).any():
         return f"not solved; {why_unsolved(cells)}"
     return "not solved"

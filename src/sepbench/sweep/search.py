@@ -119,7 +119,7 @@ def why_unsolved(cells: pd.DataFrame) -> str:
             continue
         reasons = sorted(set(r for r in these.reason if r))
         detail = f" ({'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''})" if reasons else ""
-        parts.append(f"{len(these)} {verdict}{detail}")
+        parts.append(f"{len(these)} {verdict} cell{'s' if len(these) > 1 else ''}{detail}")
     return ", ".join(parts) if parts else "no runs"
 
 
@@ -290,7 +290,7 @@ def min_width_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(
     for (task, model, layers, length), widths in width_verdicts(cells).groupby(["task", "model", "layers", "length"]):
         rows.append({"task": task, "model": model, "layers": layers, "length": length, "widths_tried": len(widths),
                      "max_width": int(widths.width.max()), **_min_width_row(widths)})
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=columns).astype({"min_width": "Int64"})
 
 
 @lru_cache(maxsize=256)
