@@ -87,7 +87,8 @@ def test_parquet_export_round_trips_and_needs_a_file(tmp_path):
     expected = Store(tmp_path / "runs.db").table().sort_values("seed", ignore_index=True)
     pd.testing.assert_frame_equal(pd.read_parquet(path), expected, check_dtype=False)
     assert [p.name for p in path.parent.iterdir()] == ["runs.parquet"]
-    cells = invoke("--store", str(tmp_path / "runs.db"), "--format", "parquet", "--out", str(tmp_path / "cells.parquet"))
+    cells = invoke("--store", str(tmp_path / "runs.db"), "--format", "parquet",
+                   "--out", str(tmp_path / "cells.parquet"))
     assert cells.exit_code == 0 and pd.read_parquet(tmp_path / "cells.parquet").diverged.tolist() == [1]
     missing = invoke("--store", str(tmp_path / "runs.db"), "--format", "parquet")
     assert missing.exit_code == 2 and "--format parquet needs --out FILE" in missing.stderr

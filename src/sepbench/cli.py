@@ -312,8 +312,8 @@ def _write_frame(frame, output: ResultsFormat, path: Path | None) -> None:
         except ImportError:
             raise ConfigError("--format parquet needs pyarrow (pip install pyarrow)") from None
     if path is None:
-        text = frame.to_csv(index=False) if output is ResultsFormat.csv else frame.to_json(orient="records", indent=2) + "\n"
-        sys.stdout.write(text)
+        json_text = frame.to_json(orient="records", indent=2) + "\n"
+        sys.stdout.write(frame.to_csv(index=False) if output is ResultsFormat.csv else json_text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
@@ -578,7 +578,7 @@ def minwidth(
 
 @app.command("report")
 def report(
-    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.png|svg and min_flops.csv"),
+    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.{png,svg,json}, min_flops.csv"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
     k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
