@@ -29,11 +29,13 @@ def test_run_stores_and_force_reproduces(store_path):
     assert forced.exit_code == 0 and len(store) == 1
     (reran,) = store.results()
     assert reran.metrics == stored.metrics and [p.loss for p in reran.curve] == [p.loss for p in stored.curve]
-    listing = runner.invoke(app, ["results", "--format", "json"])
+    listing = runner.invoke(app, ["results", "--format", "json", "--by-seed"])
     rows = json.loads(listing.stdout)
     assert [r["config_hash"] for r in rows] == [stored.config_hash]
-    csv = runner.invoke(app, ["results", "--format", "csv"])
+    csv = runner.invoke(app, ["results", "--format", "csv", "--by-seed"])
     assert csv.stdout.splitlines()[0].startswith("config_hash,task,model")
+    (cell,) = json.loads(runner.invoke(app, ["results", "--format", "json"]).stdout)
+    assert cell["config_hashes"] == stored.config_hash and cell["runs"] == 1
 
 
 @pytest.mark.parametrize(

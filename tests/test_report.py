@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import apply_overrides
-from sepbench.report.figures import min_width_vs_length
+from sepbench.report.figures import figure_data, heatmaps, min_width_vs_length, size_cells
+from sepbench.report.page import flops_table, not_trained_table
 from sepbench.sweep.search import SolvedRule
 from sepbench.train.result import EvalPoint, RunResult
 
@@ -28,8 +29,10 @@ addEventListener("load", async () => {
   const svgs = [...document.querySelectorAll('a[href$=".svg"]')].map(a => {
     const img = new Image(); img.src = a.href; return img.decode().then(() => img.naturalWidth, () => 0);
   });
+  const figures = [...document.querySelectorAll("figure")];
   const report = {problems: __problems, images: [...document.images].map(i => i.naturalWidth),
-                  figures: [...document.querySelectorAll("figure")].map(f => f.id), svg: await Promise.all(svgs)};
+                  figures: figures.map(f => f.id), svg: await Promise.all(svgs),
+                  axes: Object.fromEntries(figures.map(f => [f.id, JSON.parse(f.dataset.axes)]))};
   document.body.insertAdjacentHTML("beforeend", "<pre id='browser-check'>" + JSON.stringify(report) + "</pre>");
 });
 </script>"""
@@ -54,11 +57,25 @@ def law_results(lengths=LENGTHS, widths=WIDTHS) -> list[RunResult]:
     return results
 
 
+def run(model: str, n: int, w: int, seed: int, accuracy: float | None, status: str | None = None,
+        error: str | None = None) -> RunResult:
+    cfg = RunConfig.build(apply_overrides({}, {"task.name": "index_lookup", "model.name": model, "task.length": n,
+                                               "model.width": w, "seed": seed, "train.steps": 40, "device": "cpu"}))
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), steps=40, error=error,
+                     metrics={} if accuracy is None else {"accuracy": accuracy},
+                     status=status or ("solved" if accuracy >= 0.99 else "completed"))
+
+
+def diverged_results() -> list[RunResult]:
+    """Every seed of lstm at width 64, N = 48 diverged: a failed cell above the solving width 32."""
+    return [run("lstm", 48, 64, seed, None, "diverged", "non-finite loss at step 9") for seed in range(3)]
+
+
 @pytest.fixture
 def report_dir(tmp_path):
     root = tmp_path
     store = Store(root / "runs.db")
-    for result in law_results():
+    for result in law_results() + diverged_results():
         store.put(result)
     store.put_softmax_vs_linear([{"point_key": f"fig4a-{v}", "figure": "fig4a", "parameter": "m", "value": v,
                                   "model": "self", "successes": s, "trials": 100, "seed": 0, "exp_d0_zero": 100,
@@ -75,12 +92,15 @@ def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromiu
     for slug in FIGURES:
         assert (report_dir / "figures" / f"{slug}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert ET.parse(report_dir / "figures" / f"{slug}.svg").getroot().tag.endswith("svg")
-        assert f'<figure id="{slug}"><img src="data:image/png;base64,' in page
+        assert re.search(f'<figure id="{slug}" data-axes="[^"]+"><img src="data:image/png;base64,', page)
+        assert json.loads((report_dir / "figures" / f"{slug}.json").read_text())
     for mirrored in ["Yang et al. 2024, Fig. 1", "Bhattamishra et al. 2024, Fig. 2 (left)",
                      "Bhattamishra et al. 2024, Fig. 2 (middle, right)", "Bhattamishra et al. 2024, Fig. 3",
                      "Yang et al. 2024, Table 2"]:
         assert mirrored in page
-    assert "No stored runs for this figure" not in page and "Deng et al., Figs. 3-5 and 7" in page
+    assert "No stored runs" not in page and "Deng et al., Figs. 3-5 and 7" in page
+    assert '<td class="failed">diverged</td>' in page and "non-finite loss at step 9" in page
+    assert "failed cell" in page
     assert "Deng et al., Fig. 4 (a)" in page
     flops = pd.read_csv(report_dir / "min_flops.csv", index_col="row")
     assert list(flops.columns) == ["12", "24", "48"]
@@ -124,6 +144,20 @@ def check_in_browser(report_dir, tmp_path):
     assert report["figures"] == FIGURES
     assert len(report["images"]) == len(FIGURES) and all(width > 300 for width in report["images"])
     assert len(report["svg"]) == len(FIGURES) and all(width > 300 for width in report["svg"])
+    for slug, axes in report["axes"].items():
+        assert axes, slug
+        for ax in axes:
+            assert_axes_hold_their_points(ax, slug)
+    return report
+
+
+def assert_axes_hold_their_points(ax: dict, where: str) -> None:
+    """Every drawn point lies inside the axis limits, and at least two y ticks are visible."""
+    (x0, x1), (y0, y1) = sorted(ax["xlim"]), sorted(ax["ylim"])
+    outside = [(s["label"], p) for s in ax["series"] for p in s["points"]
+               if not (x0 <= p[0] <= x1 and y0 <= p[1] <= y1)]
+    assert outside == [], f"{where} {ax['title']}: points outside x {ax['xlim']}, y {ax['ylim']}: {outside[:3]}"
+    assert len(ax["yticks"]) >= 2, f"{where} {ax['title']}: y ticks {ax['yticks']} in {ax['ylim']}"
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -168,3 +202,72 @@ def test_min_width_plot_overlays_the_recurrent_index_lookup_bound_of_thm3():
     (label,) = [name for name in lines if name.startswith("bound: Thm 3")]
     assert "p = 32" in label
     assert list(lines[label].get_ydata()) == [n / 32 for n in LENGTHS]
+
+
+def single_seed_results(first: dict[int, int], widths=(4, 8, 16)) -> list[RunResult]:
+    """Seed 0 only: solves from the given width on at each length."""
+    return [run("transformer", n, w, 0, 1.0 if w >= low else 0.1) for n, low in first.items() for w in widths]
+
+
+def test_single_seed_runs_say_what_the_rule_needs_instead_of_no_runs(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    for result in single_seed_results({10: 8, 20: 8, 40: 16}):
+        store.put(result)
+    strict = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "strict")])
+    assert strict.exit_code == 0, strict.output
+    page = (tmp_path / "strict" / "index.html").read_text()
+    assert "No stored runs" not in page and 'id="min_width_index_lookup"' not in page
+    assert "index_lookup: no width is solved (accuracy &gt;= 0.99 in &gt;= 2 of 3 seeds): 9 undecided cells " \
+           "(needs 3 seeds, has 1)" in page
+    loose = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "loose"), "--k", "1",
+                                "--m", "1"])
+    assert loose.exit_code == 0 and "min_width_index_lookup" in loose.stdout
+    (ax,) = json.loads((tmp_path / "loose" / "figures" / "min_width_index_lookup.json").read_text())
+    (series,) = [s for s in ax["series"] if s["label"].startswith("transformer")]
+    assert series["points"] == [[10, 8], [20, 8], [40, 16]] and "alpha = " in series["label"]
+    assert_axes_hold_their_points(ax, "min_width")
+
+
+def test_min_width_plot_of_censored_widths_has_ticks_and_no_fit():
+    """Every length solves at the smallest width tried: each width is only an upper bound, so nothing is fitted."""
+    (figure,) = min_width_vs_length(single_seed_results({10: 4, 20: 4, 40: 4}), SolvedRule(k=1, m=1))
+    (ax,) = figure_data(figure.figure)
+    labels = [s["label"] for s in ax["series"]]
+    assert labels == ["transformer, 1 layer: at most this width; no fit (0 exact widths, needs 3)"]
+    assert_axes_hold_their_points(ax, "min_width")
+    assert ax["ylim"][0] < 4 < ax["ylim"][1] and 4.0 in ax["yticks"]
+    assert "no lower bound of Bhattamishra et al. 2024 constrains transformer on index_lookup" in figure.caption
+
+
+def test_a_fit_needs_three_exact_widths():
+    (figure,) = min_width_vs_length(law_results(), SolvedRule())
+    labels = [line.get_label() for line in figure.figure.axes[0].get_lines()]
+    assert "linear_transformer, 1 layer: no fit (2 exact widths, needs 3)" in labels
+    assert "linear_transformer, 1 layer: none solved up to this width" in labels
+    assert sum(not label.startswith(("_", "bound")) for label in labels) == 4
+
+
+def test_failed_cells_are_drawn_and_tabled_as_failed_never_as_zero():
+    results = law_results([12, 24], [4, 8, 16]) + [run("lstm", 48, w, s, None, "diverged", "non-finite loss at step 2")
+                                                   for w in (4, 8, 16) for s in range(3)]
+    cells = size_cells(results, SolvedRule())
+    lstm48 = cells[(cells.model == "lstm") & (cells.length == 48)]
+    assert lstm48.failed.all() and lstm48.accuracy.isna().all() and set(lstm48.failure) == {"diverged"}
+    (figure,) = heatmaps(cells)
+    ax = [a for a in figure.figure.axes if a.get_title() == "index_lookup / lstm"][0]
+    hatched = [p for p in ax.patches if p.get_hatch() == "///"]
+    assert len(hatched) == 3 and [t.get_text() for t in ax.texts].count("diverged") == 3
+    assert ax.images[0].get_array().mask[0].all() and not ax.images[0].get_array().mask[1:].any()  # row 0: N = 48
+    flops = flops_table(results, SolvedRule(0.9))
+    assert flops.loc["index_lookup / lstm", 48] == "failed: 3 diverged (non-finite loss at step 2)"
+    assert flops.loc["index_lookup / lstm", 12] != "not solved"
+    rows = not_trained_table(results, SolvedRule())
+    assert len(rows) == 3 and set(rows["counts as"]) == {"failed cell"} and set(rows.seeds) == {"0, 1, 2"}
+
+
+def test_headline_names_both_rules_when_they_differ(report_dir):
+    page = (report_dir / "index.html").read_text()
+    headline = page.split('id="solved-rule">')[1].split("</p>")[0]
+    assert "solved means accuracy &gt;= 0.99 in &gt;= 2 of 3 seeds" in headline
+    assert "minimum-FLOPs table alone uses accuracy &gt;= 0.9 in &gt;= 2 of 3 seeds" in headline
+    assert "Solved here means accuracy &gt;= 0.9 in &gt;= 2 of 3 seeds" in page

@@ -8,7 +8,7 @@ from sepbench.models.accounting import measure_flops
 from sepbench.cli import app
 from sepbench.config import apply_overrides
 from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
-                                   min_width_table, search_min_width, select_lr, smallest_solving)
+                                   min_width_table, runs_frame, search_min_width, select_lr, smallest_solving)
 from sepbench.train import RunResult
 
 runner = CliRunner()
@@ -173,3 +173,56 @@ def test_minwidth_recovers_a_known_growth_law_from_stored_runs(tmp_path, law, le
     assert expected in result.stdout and "trained 0 new runs" in result.stdout
     for n, w in minimum.items():
         assert f"│ {n:>8} │ {w:>14} │" in result.stdout
+
+
+def not_trained(overrides: dict, status: str, error: str) -> RunResult:
+    cfg = RunConfig.build(apply_overrides(BASE, overrides))
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), status=status, error=error, steps=5)
+
+
+def test_failed_runs_are_failures_not_zero_accuracy():
+    diverged = [not_trained({"task.length": 12, "model.width": 8, "seed": s}, "diverged", "non-finite loss at step 2")
+                for s in range(3)]
+    frame = runs_frame(diverged + [stored({"task.length": 12, "model.width": 16}, 1.0)])
+    assert frame.accuracy.isna().tolist() == [True] * 3 + [False] and frame.trained.tolist() == [False] * 3 + [True]
+    cells = select_lr(diverged).to_dict("records")
+    assert [(c["verdict"], c["solved"], c["failure"]) for c in cells] == [("failed", False, "diverged")]
+    assert np.isnan(cells[0]["best_accuracy"]) and cells[0]["reason"] == "3 diverged (non-finite loss at step 2)"
+
+
+def test_a_diverged_learning_rate_loses_to_one_that_trained():
+    runs = [not_trained({"task.length": 12, "model.width": 8, "train.lr": 1e-1, "seed": s}, "diverged", "nan")
+            for s in range(3)]
+    runs += [stored({"task.length": 12, "model.width": 8, "train.lr": 1e-3, "seed": s}, 1.0) for s in range(3)]
+    (cell,) = select_lr(runs).to_dict("records")
+    assert cell["verdict"] == "solved" and cell["best_lr"] == pytest.approx(1e-3) and cell["not_trained"] == 3
+    assert cell["learning_rates"] == 1 and cell["median_accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("accuracies, rule, verdict", [
+    ([1.0], SolvedRule(), "undecided"),
+    ([0.3], SolvedRule(), "undecided"),
+    ([0.3, 0.2], SolvedRule(), "unsolved"),
+    ([0.3], SolvedRule(k=3, m=3), "unsolved"),
+    ([1.0, 1.0], SolvedRule(), "solved"),
+    ([1.0], SolvedRule(k=1, m=1), "solved"),
+])
+def test_a_cell_with_too_few_seeds_is_undecided(accuracies, rule, verdict):
+    runs = [stored({"task.length": 12, "model.width": 8, "seed": s}, a) for s, a in enumerate(accuracies)]
+    (cell,) = select_lr(runs, rule).to_dict("records")
+    assert cell["verdict"] == verdict
+    assert cell["reason"] == (f"needs {rule.m} seeds, has {len(accuracies)}" if verdict == "undecided" else "")
+
+
+def test_min_width_says_whether_it_is_exact_and_why_not():
+    rule = SolvedRule(k=1, m=1)
+    first = {12: 4, 24: 8, 48: None, 96: 16}
+    runs = [stored({"task.length": n, "model.width": w}, 1.0 if low is not None and w >= low else 0.2)
+            for n, low in first.items() for w in (4, 8, 16) if not (n == 96 and w == 8)]
+    runs.append(not_trained({"task.length": 96, "model.width": 8}, "failed", "RuntimeError: boom"))
+    table = min_width_table(runs, rule).set_index("length")
+    assert table.min_width.fillna(0).to_dict() == {12: 4, 24: 8, 48: 0, 96: 16} and table.min_width.isna()[48]
+    assert table.exact.to_dict() == {12: False, 24: True, 48: False, 96: False}
+    assert table.reason[12] == "at most 4: no smaller width tried"
+    assert table.reason[48] == "none solved: 3 unsolved cells" and table.max_width[48] == 16
+    assert table.reason[96] == "at most 16: width 8 failed (1 failed (RuntimeError: boom))"

@@ -50,8 +50,6 @@ def _options(
 
 
 BAD_INPUT = 2
-TABLE_COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "steps"]
-
 
 def packaged_config(path: Path) -> Path:
     """``path`` if it exists here, else the packaged config it names (said in one line on stderr)."""
@@ -307,29 +305,144 @@ def _print_result(result, path: Path) -> None:
     out.print(table)
 
 
+class ResultsFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+RUN_VIEW = {"config_hash": "config hash", "task": "task", "model": "model", "length": "N", "layers": "layers",
+            "width": "width", "lr": "lr", "seed": "seed", "status": "status"}
+CELL_VIEW = {"cell": "cell", "task": "task", "model": "model", "length": "N", "layers": "layers", "width": "width",
+             "lr": "lr", "runs": "runs", "seeds": "seeds"}
+
+
 @app.command("results")
 def results(
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
-    output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+    output: ResultsFormat = typer.Option(ResultsFormat.table, "--format", help="table, csv, json or parquet"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="write csv, json or parquet to this file "
+                                            "[default: stdout; parquet needs it]"),
     task: Optional[str] = typer.Option(None, help="only this task"),
     model: Optional[str] = typer.Option(None, help="only this model"),
+    by_seed: bool = typer.Option(False, "--by-seed", help="one row per run instead of one per cell over seeds"),
+    threshold: float = typer.Option(0.99, help="final accuracy a run needs to count as solved in a cell's k/m"),
 ) -> None:
-    """Show the stored runs."""
+    """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
+    or one row per run with --by-seed."""
+    from sepbench.results import run_rows, seed_cells
     from sepbench.store import Store
 
-    where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
-    frame = Store(store).query(**where)
-    if output is OutputFormat.csv:
-        sys.stdout.write(frame.to_csv(index=False))
-    elif output is OutputFormat.json:
-        sys.stdout.write(frame.to_json(orient="records", indent=2) + "\n")
+    with bad_input_exits():
+        db = Store(store)
+        if not db.path.exists():
+            raise FileNotFoundError(f"no store at {db.path}; run `sepbench run` or `sepbench sweep` first, or pass "
+                                    "--store PATH")
+        if not 0 < threshold <= 1:
+            raise ConfigError(f"--threshold must be in (0, 1], got {threshold}")
+        if output is ResultsFormat.parquet and out_file is None:
+            raise ConfigError("--format parquet needs --out FILE")
+        if output is ResultsFormat.table and out_file is not None:
+            raise ConfigError("--out writes csv, json or parquet; add --format csv, json or parquet")
+        if out_file is not None and out_file.is_dir():
+            raise ConfigError(f"--out must be a file, but {out_file} is a directory")
+        where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
+        runs = run_rows(db.results(**where))
+    if runs.empty:
+        matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
+        err.print(f"no {matching} in {db.path} ({len(db)} runs stored)", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(1)
+    runs = runs.sort_values(["task", "model", "layers", "width", "length", "lr", "seed"], kind="stable",
+                            ignore_index=True)
+    frame = runs if by_seed else seed_cells(runs, threshold)
+    if output is ResultsFormat.table:
+        _print_results(frame, runs, by_seed, threshold, db.path)
+        return
+    with bad_input_exits():
+        _write_frame(frame, output, out_file)
+    if out_file is not None:
+        unit = "runs" if by_seed else f"cells ({len(runs)} runs)"
+        err.print(f"wrote {len(frame)} {unit} to {out_file}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _write_frame(frame, output: ResultsFormat, path: Path | None) -> None:
+    """csv or json to stdout or ``path``; parquet to ``path``. A file appears whole or not at all."""
+    if output is ResultsFormat.parquet:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError("--format parquet needs pyarrow (pip install pyarrow)") from None
+    if path is None:
+        json_text = frame.to_json(orient="records", indent=2) + "\n"
+        sys.stdout.write(frame.to_csv(index=False) if output is ResultsFormat.csv else json_text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        if output is ResultsFormat.parquet:
+            frame.to_parquet(partial, index=False)
+        elif output is ResultsFormat.csv:
+            frame.to_csv(partial, index=False)
+        else:
+            partial.write_text(frame.to_json(orient="records", indent=2) + "\n")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _cell_text(value: object, column: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if column.startswith("accuracy") or column.endswith("_mean") else f"{value:.6g}"
+    return str(value)
+
+
+def _note(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> None:
+    """A table whose every column shows whole values: the console grows to the table's width when it must."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    from sepbench.results import NOT_TRAINED, metric_columns, not_trained_text
+
+    metrics = metric_columns(runs)
+    if by_seed:
+        view = {**RUN_VIEW, **{m: m for m in metrics}, "steps": "steps", "parameters": "parameters",
+                "state_floats": "state floats"}
+        rows = [[_cell_text(row[c], c) for c in view] + [_note(row["error"])] for _, row in frame.iterrows()]
+        headers = [*view.values(), "error"]
     else:
-        frame = frame[TABLE_COLUMNS]
-        table = Table(*frame.columns)
-        for row in frame.itertuples(index=False):
-            table.add_row(*("-" if v is None or v != v else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-        out.print(table)
-        out.print(f"{len(frame)} runs in {Store(store).path}")
+        view = {**CELL_VIEW, "solved": "solved", "accuracy_mean": "accuracy mean", "accuracy_min": "min",
+                "accuracy_max": "max", "loss_mean": "loss mean",
+                **{f"{m}_mean": f"{m} mean" for m in metrics if m not in ("accuracy", "loss")},
+                "parameters": "parameters", "state_floats": "state floats"}
+        rows = [[f"{row.solved}/{row.trained}" if c == "solved" else _cell_text(row[c], c) for c in view]
+                + [": ".join(filter(None, [not_trained_text(row), _note(row.errors)]))] for _, row in frame.iterrows()]
+        headers = [*view.values(), "not trained"]
+    table = Table()
+    for i, header in enumerate(headers):
+        last = i == len(headers) - 1
+        whole = max(len(header), *(len(row[i]) for row in rows))
+        table.add_column(header, no_wrap=not last, overflow="fold", min_width=min(whole, 60) if last else whole,
+                         justify="left" if last or i < 3 else "right")
+    for row in rows:
+        table.add_row(*(Text(v) for v in row))
+    needed = Measurement.get(out, out.options.update_width(1 << 16), table).minimum
+    console = out if needed <= out.width else Console(width=needed)
+    console.print(table)
+    if by_seed:
+        summary = f"{len(frame)} runs in {path}"
+    else:
+        summary = (f"{len(frame)} cells ({len(runs)} runs) in {path}; solved = k/m trained seeds with final accuracy "
+                   f">= {threshold:g}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
+                   "--by-seed for one row per run")
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("construct")
@@ -601,7 +714,7 @@ def minwidth(
 
 @app.command("report")
 def report(
-    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.png|svg and min_flops.csv"),
+    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.{png,svg,json}, min_flops.csv"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
     k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),

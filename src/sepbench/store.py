@@ -193,6 +193,13 @@ class Store:
             rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs{sql} ORDER BY created_at, config_hash", args)
             return pd.DataFrame(rows.fetchall(), columns=COLUMNS)
 
+    def table(self, **where: Any) -> pd.DataFrame:
+        """One row per run read from its full stored result: summary, every final metric, details, and the whole
+        config as ``config.section.field`` columns (see ``sepbench.results.run_rows``)."""
+        from sepbench.results import run_rows
+
+        return run_rows(self.results(**where))
+
     def put_softmax_vs_linear(self, rows: list[dict[str, Any]]) -> None:
         """Experiment points of the softmax-vs-linear sweeps, all in one transaction (same point_key replaces)."""
         missing = [c for c in SOFTMAX_VS_LINEAR_COLUMNS if any(c not in row for row in rows)]

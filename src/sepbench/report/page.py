@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sepbench.report.figures import SECTIONS, Figure, random_network_experiments, size_cells
-from sepbench.sweep.search import SolvedRule, min_flops_table
+from sepbench.report.figures import SECTIONS, Figure, figure_data, random_network_experiments, size_cells
+from sepbench.results import NOT_TRAINED
+from sepbench.sweep.search import SolvedRule, cell_key, min_flops_table, runs_frame, select_lr, why_unsolved
 from sepbench.train.result import RunResult
 
 STYLE = """
@@ -22,6 +24,8 @@ figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #ddd
 figcaption { font-size: 0.9em; color: #444; } .mirrors { font-weight: 600; }
 table { border-collapse: collapse; margin: 1em 0; } td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; }
 td { text-align: right; } .empty { color: #777; font-style: italic; }
+td.failed { color: #b22222; background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); }
+td.text { text-align: left; }
 """
 
 
@@ -32,6 +36,7 @@ class DrawnFigure:
     figure: Figure
     png: bytes
     svg: bytes
+    data: list[dict]
 
 
 @dataclass
@@ -48,51 +53,119 @@ def _render(figure: Figure) -> DrawnFigure:
     png, svg = io.BytesIO(), io.BytesIO()
     figure.figure.savefig(png, format="png", dpi=110)
     figure.figure.savefig(svg, format="svg", metadata={"Date": None})
+    data = figure_data(figure.figure)
     plt.close(figure.figure)
-    return DrawnFigure(figure, png.getvalue(), svg.getvalue())
+    return DrawnFigure(figure, png.getvalue(), svg.getvalue(), data)
 
 
 def flops_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
-    """Models as rows, lengths as columns: the fewest GFLOPs of a solving size, as Yang et al. 2024, Table 2."""
+    """Models as rows, lengths as columns: the fewest GFLOPs of a solving size, as Yang et al. 2024, Table 2.
+
+    A length with no solving size says why: 'not solved', 'undecided (needs m seeds, has s)' or 'failed (...)'.
+    """
     best = min_flops_table(results, rule)
-    if best.empty:
-        return best
+    cells = select_lr(results, rule)
+    if cells.empty:
+        return pd.DataFrame()
     best["cell"] = [f"{g:.4g} [{paper:.4g}] ({layers}, {width})"
                     for g, paper, layers, width in zip(best.gflops, best.paper_gflops, best.layers, best.width)]
-    best["row"] = best.task + " / " + best.model
-    return best.pivot(index="row", columns="length", values="cell").fillna("not solved")
+    rows = []
+    for (task, model, length), group in cells.groupby(["task", "model", "length"]):
+        found = best[(best.task == task) & (best.model == model) & (best.length == length)]
+        rows.append({"row": f"{task} / {model}", "length": length,
+                     "cell": found.cell.iloc[0] if len(found) else _unsolved_cell(group)})
+    return pd.DataFrame(rows).pivot(index="row", columns="length", values="cell").fillna("no runs")
+
+
+def _unsolved_cell(cells: pd.DataFrame) -> str:
+    if (cells.verdict == "failed").all():
+        return "failed: " + "; ".join(sorted(set(cells.reason)))
+    if cells.verdict.isin(["undecided", "failed"]).any():
+        return f"not solved; {why_unsolved(cells)}"
+    return "not solved"
+
+
+def not_trained_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
+    """Runs that failed, diverged or were pruned, one row per (cell, learning rate, status, error), with how the
+    analysis counts them: a failed cell (none of its runs trained), a losing learning rate (another learning rate of
+    the cell trained) or a left-out seed (other seeds at this learning rate trained)."""
+    bad = [r for r in results if r.status in NOT_TRAINED]
+    columns = ["task", "model", "length", "layers", "width", "lr", "status", "seeds", "counts as", "reason"]
+    if not bad:
+        return pd.DataFrame(columns=columns)
+    runs = runs_frame(results)
+    trained_lrs = runs[runs.trained].groupby("cell").lr.agg(set).to_dict()
+    groups: dict[tuple, list[int]] = {}
+    for r in bad:
+        cfg = r.config
+        key = (cfg.task.name, cfg.model.name, cfg.task.length, cfg.model.layers, cfg.model.width, cfg.train.lr,
+               r.status, r.error or "-", cell_key(cfg))
+        groups.setdefault(key, []).append(cfg.seed)
+    rows = []
+    for key, seeds in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
+        lrs = trained_lrs.get(key[8], set())
+        counts = "left-out seed" if key[5] in lrs else "losing lr" if lrs else "failed cell"
+        rows.append(dict(zip(columns, [*key[:7], ", ".join(map(str, sorted(seeds))), counts, key[7]])))
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _figure_html(drawn: DrawnFigure) -> str:
     fig = drawn.figure
     data = base64.b64encode(drawn.png).decode("ascii")
-    return (f'<figure id="{fig.slug}"><img src="data:image/png;base64,{data}" alt="{html.escape(fig.title)}">'
-            f'<figcaption><span class="mirrors">{html.escape(fig.title)}; mirrors {html.escape(fig.mirrors)}.</span> '
-            f'{html.escape(fig.caption)} Files: <a href="figures/{fig.slug}.png">PNG</a>, '
-            f'<a href="figures/{fig.slug}.svg">SVG</a>.</figcaption></figure>')
+    axes = html.escape(json.dumps(drawn.data), quote=True)
+    return (f'<figure id="{fig.slug}" data-axes="{axes}"><img src="data:image/png;base64,{data}" '
+            f'alt="{html.escape(fig.title)}"><figcaption><span class="mirrors">{html.escape(fig.title)}; mirrors '
+            f'{html.escape(fig.mirrors)}.</span> {html.escape(fig.caption)} Files: <a href="figures/{fig.slug}.png">'
+            f'PNG</a>, <a href="figures/{fig.slug}.svg">SVG</a>, <a href="figures/{fig.slug}.json">data</a>.'
+            '</figcaption></figure>')
 
 
 def _table_html(table: pd.DataFrame) -> str:
     head = "".join(f"<th>N = {html.escape(str(c))}</th>" for c in table.columns)
-    body = "".join(f"<tr><th>{html.escape(str(i))}</th>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row)
-                   + "</tr>" for i, row in zip(table.index, table.to_numpy()))
+    body = "".join(f"<tr><th>{html.escape(str(i))}</th>" + "".join(_td(v) for v in row) + "</tr>"
+                   for i, row in zip(table.index, table.to_numpy()))
     return f"<table><tr><th>task / model</th>{head}</tr>{body}</table>"
 
 
-def build_page(sections: list[tuple[str, list[DrawnFigure]]], flops: pd.DataFrame, runs: int, source: str,
-               rule: SolvedRule, flops_rule: SolvedRule) -> str:
+def _td(value: object) -> str:
+    text = str(value)
+    css = ' class="failed"' if text.startswith("failed") else ""
+    return f"<td{css}>{html.escape(text)}</td>"
+
+
+def _runs_html(table: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f'<td class="{"failed" if c == "status" else "text"}">{html.escape(str(v))}</td>'
+                                    for c, v in zip(table.columns, row)) + "</tr>" for row in table.to_numpy())
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: pd.DataFrame, runs: int,
+               source: str, rule: SolvedRule, flops_rule: SolvedRule, not_trained: pd.DataFrame | None = None) -> str:
+    flops_text = ("The minimum-FLOPs table uses the same rule." if flops_rule == rule else
+                  f"The minimum-FLOPs table alone uses {html.escape(str(flops_rule))} (Yang et al. 2024, Table 2, "
+                  "use 90% accuracy).")
     parts = [f"<h1>sepbench report</h1><p>{runs} runs from <code>{html.escape(source)}</code>, written "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Solved means {html.escape(str(rule))}.</p>"]
-    for title, drawn in sections:
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.</p>"
+             f'<p id="solved-rule">In every figure, solved means {html.escape(str(rule))} at the best learning rate; '
+             f"failed, diverged and pruned runs are not seeds that missed it, and a cell whose runs all failed is "
+             f"shown as failed. {flops_text}</p>"]
+    for title, drawn, notes in sections:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         parts.extend(_figure_html(d) for d in drawn)
-        if not drawn:
-            parts.append('<p class="empty">No stored runs for this figure.</p>')
+        parts.extend(f'<p class="empty">{html.escape(note)}</p>' for note in notes)
     parts.append("<h2>Minimum FLOPs to reach the threshold</h2>"
-                 f"<p>Mirrors Yang et al. 2024, Table 2: per task and model, the forward GFLOPs of one sequence for "
-                 f"the cheapest size (layers, width) that is solved ({html.escape(str(flops_rule))}); in brackets, the "
-                 f"same size counted by Table 2's convention (no attention term).</p>")
-    parts.append(_table_html(flops) if not flops.empty else '<p class="empty">No size reaches the threshold.</p>')
+                 f"<p>Mirrors Yang et al. 2024, Table 2. Solved here means {html.escape(str(flops_rule))}. Per task "
+                 f"and model, the forward GFLOPs of one sequence for the cheapest size (layers, width) that is solved; "
+                 f"in brackets, the same size counted by Table 2's convention (no attention term).</p>")
+    parts.append(_table_html(flops) if not flops.empty else '<p class="empty">No stored runs.</p>')
+    if not_trained is not None and not not_trained.empty:
+        parts.append("<h2>Runs that did not train</h2><p>Failed, diverged and pruned runs, with their reason. They "
+                     "never count as unsolved: a cell none of whose runs trained is a failed cell; a learning rate "
+                     "none of whose runs trained, while another learning rate of the cell did, is a losing learning "
+                     "rate; a seed that failed while other seeds at its learning rate trained is left out of the "
+                     "rule (so the cell may need more seeds).</p>")
+        parts.append(_runs_html(not_trained))
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>sepbench report</title>'
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
@@ -101,7 +174,8 @@ def build_page(sections: list[tuple[str, list[DrawnFigure]]], flops: pd.DataFram
 def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str = "store",
                  rule: SolvedRule = SolvedRule(), flops_rule: SolvedRule = SolvedRule(0.9),
                  random_networks: pd.DataFrame | None = None) -> ReportOutcome:
-    """Draw every figure the runs support, then write ``index.html``, ``figures/*.{png,svg}`` and ``min_flops.csv``.
+    """Draw every figure the runs support, then write ``index.html``, ``figures/*.{png,svg,json}`` (the json: each
+    figure's axis limits, ticks and points) and ``min_flops.csv``.
 
     ``random_networks``: stored Deng et al. experiment points (``Store.query_softmax_vs_linear()``), if any.
     """
@@ -109,18 +183,23 @@ def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str 
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out must be a directory, but {out} is a file")
     cells = size_cells(results, rule)
-    sections = [(title, [_render(f) for f in make(results, cells, rule)]) for title, make in SECTIONS]
+    sections = []
+    for section in SECTIONS:
+        drawn = [_render(f) for f in section.draw(results, cells, rule)]
+        sections.append((section.title, drawn, section.notes(results, cells, rule, [d.figure for d in drawn])))
     if random_networks is not None and not random_networks.empty:
         sections.append(("Softmax against linear attention: random networks",
-                         [_render(f) for f in random_network_experiments(random_networks)]))
+                         [_render(f) for f in random_network_experiments(random_networks)], []))
     flops = flops_table(results, flops_rule)
-    page = build_page(sections, flops, len(results), source, rule, flops_rule)
+    not_trained = not_trained_table(results, rule)
+    page = build_page(sections, flops, len(results), source, rule, flops_rule, not_trained)
 
     (out / "figures").mkdir(parents=True, exist_ok=True)
     outcome = ReportOutcome(page=out / "index.html", runs=len(results))
-    for _, drawn in sections:
+    for _, drawn, _ in sections:
         for d in drawn:
-            for suffix, data in (("png", d.png), ("svg", d.svg)):
+            files = (("png", d.png), ("svg", d.svg), ("json", json.dumps(d.data, indent=1).encode()))
+            for suffix, data in files:
                 path = out / "figures" / f"{d.figure.slug}.{suffix}"
                 path.write_bytes(data)
                 outcome.files.append(path)

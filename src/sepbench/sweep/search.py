@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from sepbench.config import RunConfig, apply_overrides
+from sepbench.results import TRAINED
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.train.result import RunResult
@@ -33,6 +34,13 @@ class SolvedRule:
     def solved(self, accuracies: Sequence[float]) -> bool:
         return sum(a >= self.threshold for a in accuracies) >= self.k
 
+    def verdict(self, accuracies: Sequence[float]) -> str:
+        """'solved', 'unsolved' (the seeds still missing from m could not make k) or 'undecided' (they could)."""
+        hits = sum(a >= self.threshold for a in accuracies)
+        if hits >= self.k:
+            return "solved"
+        return "unsolved" if hits + max(0, self.m - len(accuracies)) < self.k else "undecided"
+
     def __str__(self) -> str:
         return f"accuracy >= {self.threshold:g} in >= {self.k} of {self.m} seeds"
 
@@ -45,38 +53,74 @@ def cell_key(config: RunConfig) -> str:
 
 
 def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
-    """One row per run with the fields the analysis groups on."""
+    """One row per run with the fields the analysis groups on. ``trained`` is False for failed, diverged and
+    pruned runs, whose accuracy is NaN: they never count as a seed that did not reach the threshold."""
     rows = [{"cell": cell_key(r.config), "task": r.config.task.name, "model": r.config.model.name,
              "length": r.config.task.length, "layers": r.config.model.layers, "width": r.config.model.width,
-             "lr": r.config.train.lr, "seed": r.config.seed, "status": r.status,
-             "accuracy": r.accuracy if r.status != "failed" else 0.0, "config_hash": r.config_hash}
+             "lr": r.config.train.lr, "seed": r.config.seed, "status": r.status, "trained": r.status in TRAINED,
+             "accuracy": r.metrics.get("accuracy", np.nan) if r.status in TRAINED else np.nan,
+             "error": r.error, "config_hash": r.config_hash}
             for r in results]
-    columns = ["cell", "task", "model", "length", "layers", "width", "lr", "seed", "status", "accuracy", "config_hash"]
-    return pd.DataFrame(rows, columns=columns)
+    columns = ["cell", "task", "model", "length", "layers", "width", "lr", "seed", "status", "trained", "accuracy",
+               "error", "config_hash"]
+    return pd.DataFrame(rows, columns=columns).astype({"accuracy": float})
+
+
+def _failure(group: pd.DataFrame) -> str:
+    """'2 diverged, 1 failed (first error)' for runs none of which trained."""
+    errors = [e for e in group.error if isinstance(e, str) and e]
+    return ", ".join(f"{n} {s}" for s, n in group.status.value_counts().items()) + (f" ({errors[0]})" if errors else "")
 
 
 def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
     """Per cell: the best learning rate (highest mean accuracy over seeds) and the median over learning rates.
 
-    Both are kept, since a best-of over a tuning grid flatters a model that the median does not.
+    Both are kept, since a best-of over a tuning grid flatters a model that the median does not. Only runs that
+    trained count: a diverged learning rate is a losing one while another learning rate of the cell trained, and a
+    cell none of whose runs trained has verdict 'failed' (its accuracies NaN). ``verdict`` is the rule's at the best
+    learning rate ('solved', 'unsolved', 'undecided' while too few seeds are stored, or 'failed'); ``reason`` says
+    why a cell is undecided or failed, and ``failure`` names the statuses of a failed cell's runs.
     """
     runs = runs_frame(results)
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
-               "learning_rates", "seeds", "solved"]
+               "learning_rates", "seeds", "solved", "verdict", "reason", "runs", "not_trained", "failure"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for cell, group in runs.groupby("cell", sort=False):
-        per_lr = group.groupby("lr")["accuracy"].agg(["mean", list])
-        best_lr = float(per_lr["mean"].idxmax())
         first = group.iloc[0]
-        rows.append({"cell": cell, "task": first.task, "model": first.model, "length": int(first.length),
-                     "layers": int(first.layers), "width": int(first.width), "best_lr": best_lr,
-                     "best_accuracy": float(per_lr["mean"].max()), "median_accuracy": float(per_lr["mean"].median()),
-                     "learning_rates": len(per_lr), "seeds": int(group.seed.nunique()),
-                     "solved": rule.solved(per_lr.loc[best_lr, "list"])})
+        row = {"cell": cell, "task": first.task, "model": first.model, "length": int(first.length),
+               "layers": int(first.layers), "width": int(first.width), "runs": len(group),
+               "not_trained": int((~group.trained).sum()), "failure": ""}
+        trained = group[group.trained]
+        if trained.empty:
+            rows.append({**row, "best_lr": np.nan, "best_accuracy": np.nan, "median_accuracy": np.nan,
+                         "learning_rates": int(group.lr.nunique()), "seeds": 0, "solved": False, "verdict": "failed",
+                         "reason": _failure(group), "failure": "/".join(sorted(set(group.status)))})
+            continue
+        per_lr = trained.groupby("lr")["accuracy"].agg(["mean", list])
+        best_lr = float(per_lr["mean"].idxmax())
+        accuracies = per_lr.loc[best_lr, "list"]
+        verdict = rule.verdict(accuracies)
+        reason = f"needs {rule.m} seeds, has {len(accuracies)}" if verdict == "undecided" else ""
+        rows.append({**row, "best_lr": best_lr, "best_accuracy": float(per_lr["mean"].max()),
+                     "median_accuracy": float(per_lr["mean"].median()), "learning_rates": len(per_lr),
+                     "seeds": len(accuracies), "solved": verdict == "solved", "verdict": verdict, "reason": reason})
     return pd.DataFrame(rows, columns=columns).sort_values(["task", "model", "layers", "width", "length"],
                                                            ignore_index=True)
+
+
+def why_unsolved(cells: pd.DataFrame) -> str:
+    """Why none of ``select_lr`` rows ``cells`` is solved: counts of unsolved, undecided and failed cells."""
+    parts = []
+    for verdict in ("unsolved", "undecided", "failed"):
+        these = cells[cells.verdict == verdict]
+        if these.empty:
+            continue
+        reasons = sorted(set(r for r in these.reason if r))
+        detail = f" ({'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''})" if reasons else ""
+        parts.append(f"{len(these)} {verdict} cell{'s' if len(these) > 1 else ''}{detail}")
+    return ", ".join(parts) if parts else "no runs"
 
 
 Judge = Callable[[dict[int, int]], dict[int, bool]]
@@ -222,18 +266,50 @@ def fit_log_law(points: dict[int, int | None]) -> LogFit:
     return LogFit(float(a), float(b), float(np.sqrt(np.mean((w - (a + b * np.log(n))) ** 2))))
 
 
+VERDICT_ORDER = ("solved", "unsolved", "undecided", "failed")
+
+
+def width_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
+    """``select_lr`` rows reduced to one per (task, model, layers, length, width): the first of solved, unsolved,
+    undecided, failed among its cells (cells differing in other fields, e.g. heads), with that cell's reason."""
+    keys = ["task", "model", "layers", "length", "width"]
+    ranked = cells.assign(rank=cells.verdict.map(VERDICT_ORDER.index)).sort_values(keys + ["rank"])
+    return ranked.drop_duplicates(keys)[keys + ["verdict", "reason"]].reset_index(drop=True)
+
+
+def _min_width_row(widths: pd.DataFrame) -> dict[str, Any]:
+    """Smallest solved width of one length's widths, whether it is exact and, if not or if none, why."""
+    solved = widths[widths.verdict == "solved"].width
+    if solved.empty:
+        return {"min_width": None, "exact": False, "reason": "none solved: " + why_unsolved(widths)}
+    smallest = int(solved.min())
+    below = widths[widths.width < smallest]
+    if below.empty:
+        return {"min_width": smallest, "exact": False, "reason": f"at most {smallest}: no smaller width tried"}
+    nearest = below.loc[below.width.idxmax()]
+    if nearest.verdict == "unsolved":
+        return {"min_width": smallest, "exact": True, "reason": ""}
+    detail = f" ({nearest.reason})" if nearest.reason else ""
+    return {"min_width": smallest, "exact": False,
+            "reason": f"at most {smallest}: width {int(nearest.width)} {nearest.verdict}{detail}"}
+
+
 def min_width_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
-    """From stored runs alone: per (task, model, layers, length), the smallest width whose best-lr cell solves."""
+    """From stored runs alone: per (task, model, layers, length), the smallest width whose best-lr cell solves.
+
+    ``exact`` holds when the next smaller stored width is decided unsolved; otherwise the true smallest width may
+    be lower (``reason`` says why: no smaller width tried, or it is undecided or failed). Where no width solves,
+    ``min_width`` is None and ``reason`` counts the unsolved, undecided and failed widths.
+    """
     cells = select_lr(results, rule)
-    columns = ["task", "model", "layers", "length", "min_width", "widths_tried"]
+    columns = ["task", "model", "layers", "length", "min_width", "widths_tried", "exact", "max_width", "reason"]
     if cells.empty:
         return pd.DataFrame(columns=columns)
     rows = []
-    for (task, model, layers, length), group in cells.groupby(["task", "model", "layers", "length"]):
-        solving = group[group.solved].width
-        rows.append({"task": task, "model": model, "layers": layers, "length": length,
-                     "min_width": int(solving.min()) if len(solving) else None, "widths_tried": len(group)})
-    return pd.DataFrame(rows, columns=columns)
+    for (task, model, layers, length), widths in width_verdicts(cells).groupby(["task", "model", "layers", "length"]):
+        rows.append({"task": task, "model": model, "layers": layers, "length": length, "widths_tried": len(widths),
+                     "max_width": int(widths.width.max()), **_min_width_row(widths)})
+    return pd.DataFrame(rows, columns=columns).astype({"min_width": "Int64"})
 
 
 @lru_cache(maxsize=256)

@@ -1,0 +1,111 @@
+"""Stored runs as flat rows (one per run) and as cells aggregated over seeds, for ``sepbench results``.
+
+A run *trained* when its status is ``solved`` or ``completed``. Failed, diverged and pruned runs are
+counted on their own and never enter an accuracy mean or the solved count.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sepbench.train.result import RunResult
+
+TRAINED = ("solved", "completed")
+NOT_TRAINED = ("failed", "diverged", "pruned")
+
+SUMMARY = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "loss"]
+DETAILS = ["steps", "steps_to_threshold", "seconds_to_threshold", "wall_seconds", "parameters", "state_floats",
+           "device", "version", "git_commit", "created_at", "error"]
+CELL_KEYS = ["cell", "task", "model", "length", "layers", "width", "lr"]
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings become dotted keys; lists become JSON text, so every value fits one CSV/Parquet cell."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, (list, tuple)):
+            flat[f"{prefix}{key}"] = json.dumps(value)
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def cell_hash(result: RunResult) -> str:
+    """Names the seeds of one configuration: everything but the seed and the device."""
+    data = result.config.model_dump(mode="json", exclude={"seed", "device"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _metric_order(name: str) -> tuple[int, str, int]:
+    base, _, at = name.partition("@")
+    return ({"accuracy": 0, "loss": 1}.get(base, 2), base, int(at) if at.isdigit() else -1)
+
+
+def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
+    """One row per run: the summary, every final metric (``accuracy@N`` included), the run's details, its cell
+    (``cell_hash``) and its full config as ``config.section.field`` columns."""
+    rows = []
+    for r in results:
+        cfg = r.config
+        row = {"config_hash": r.config_hash, "cell": cell_hash(r), "task": cfg.task.name, "model": cfg.model.name,
+               "length": cfg.task.length, "layers": cfg.model.layers, "width": cfg.model.width, "seed": cfg.seed,
+               "lr": cfg.train.lr, "status": r.status}
+        row.update({name: float(value) for name, value in r.metrics.items()})
+        row.update({name: getattr(r, name) for name in DETAILS})
+        row.update(flatten(cfg.model_dump(mode="json"), "config."))
+        rows.append(row)
+    metrics = sorted({m for r in results for m in r.metrics} | {"accuracy", "loss"}, key=_metric_order)
+    config = sorted({c for row in rows for c in row if c.startswith("config.")})
+    columns = [*SUMMARY[:9], *metrics, *DETAILS, "cell", *config]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({m: float for m in metrics})
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """The final-metric columns of a ``run_rows`` frame, in display order."""
+    start, stop = frame.columns.get_loc("status") + 1, frame.columns.get_loc(DETAILS[0])
+    return list(frame.columns[start:stop])
+
+
+def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Per cell (every config field equal but the seed): runs, k of m solved, accuracy mean/min/max and counts of
+    runs that did not train.
+
+    ``solved`` counts trained runs whose final accuracy is >= ``threshold`` (the test the report's solved rule
+    applies to each seed); ``trained`` is m. Means, minima and maxima are over trained runs only, so a cell whose
+    runs all failed has no accuracy (NaN), never 0.
+    """
+    metrics = metric_columns(runs)
+    config = [c for c in runs.columns if c.startswith("config.") and c != "config.seed"]
+    rows = []
+    for cell, group in runs.groupby("cell", sort=False):
+        ok = group[group.status.isin(TRAINED)]
+        first = group.iloc[0]
+        row = {key: first[key] for key in CELL_KEYS}
+        row.update({"runs": len(group), "seeds": ",".join(str(s) for s in sorted(group.seed)),
+                    "solved": int((ok.accuracy >= threshold).sum()), "trained": len(ok)})
+        row.update({status: int((group.status == status).sum()) for status in NOT_TRAINED})
+        for stat in ("mean", "min", "max"):
+            row[f"accuracy_{stat}"] = float(ok.accuracy.agg(stat)) if len(ok) else np.nan
+        row["loss_mean"] = float(ok.loss.mean()) if len(ok) else np.nan
+        row.update({f"{m}_mean": float(ok[m].mean()) if len(ok) else np.nan
+                    for m in metrics if m not in ("accuracy", "loss")})
+        row.update({"parameters": int(first.parameters), "state_floats": int(first.state_floats),
+                    "wall_seconds": float(group.wall_seconds.sum()),
+                    "errors": "; ".join(dict.fromkeys(e for e in group.error if isinstance(e, str) and e)) or None,
+                    "config_hashes": ",".join(group.config_hash)})
+        row.update({c: first[c] for c in config})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["task", "model", "layers", "width", "length", "lr"], ignore_index=True) if rows else frame
+
+
+def not_trained_text(row: pd.Series | dict[str, Any]) -> str:
+    """'1 diverged, 2 failed' for a ``seed_cells`` row; '' when every run trained."""
+    return ", ".join(f"{int(row[s])} {s}" for s in NOT_TRAINED if row[s])
