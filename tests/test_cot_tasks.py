@@ -249,3 +249,19 @@ def test_arithmetic_leftmost_order_keeps_prompts_and_answers():
         assert leftmost.check_sequence(solved)
         assert leftmost.answer_of(solved) == reference.answer_of(tokens)
     assert ordered.shape[1] <= leftmost.max_seq_len() + 1
+
+
+@pytest.mark.parametrize("name,size", [("arithmetic", 13), ("arithmetic", 16), ("edit_distance", 20),
+                                       ("ed_local", 20), ("lis", 250)])
+def test_rows_are_never_wider_than_the_longest_sample(name, size):
+    """Rejected longer draws (Arithmetic's cap) must not leave padding columns beyond max_seq_len + 1."""
+    task = build_task(name, size)
+    widest = 0
+    for seed in range(10 if name == "arithmetic" else 2):
+        for train in (False, True):
+            rows, _ = task.generate_rows(2000, np.random.default_rng(seed), train=train)
+            assert rows.shape[1] <= task.max_seq_len() + 1, (seed, train)
+            assert rows.shape[1] == (rows != PAD).sum(axis=1).max()
+            widest = max(widest, rows.shape[1])
+    if name == "arithmetic":
+        assert widest > task.max_seq_len() - 40  # the long samples are there, only the padding went
