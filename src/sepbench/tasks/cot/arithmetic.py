@@ -78,8 +78,19 @@ class Arithmetic(CotTask):
         rows = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r, _ in parts])
         prompts = np.concatenate([p for _, p in parts])
         order = rng.permutation(n)
-        used = int((rows != PAD).sum(axis=1).max(initial=1))  # rejected longer draws leave only padding beyond
-        return rows[order, :used], prompts[order]
+        return _trimmed(rows[order]), prompts[order]
+
+    def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
+        """With ``under``, the reference's recipe (Feng et al. 2023, arithmetic/data.py): int(n_train k /
+        (1 + .. + n)) draws with k operators for each k, deduplicated, then n-operator rows up to n_train."""
+        if not self.options.under:
+            return [(None, self.length)]
+        shares = np.arange(1, self.length + 1) / np.sum(np.arange(1, self.length + 1)) * n_train
+        return [(int(share), k + 1) for k, share in enumerate(shares)] + [(None, self.length)]
+
+    def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
+        rows, prompts = self._generate_fixed(n, self.length if stage == "test" else int(stage), rng)
+        return _trimmed(rows), prompts
 
     def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
         """The same prompts with the CoT of ``solve``: one deterministic order instead of the reference's
@@ -239,6 +250,11 @@ class Arithmetic(CotTask):
 
     def render(self, tokens: Sequence[int]) -> str:
         return " ".join(SYMBOLS.get(int(t), str(int(t) - NUMBER0)) for t in tokens)
+
+
+def _trimmed(rows: np.ndarray) -> np.ndarray:
+    """Rows without the all-PAD columns that rejected longer draws leave at the end."""
+    return rows[:, : int((rows != PAD).sum(axis=1).max(initial=1))]
 
 
 def _split(tokens: list[int], separator: int) -> list[list[int]]:
