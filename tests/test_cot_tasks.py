@@ -265,3 +265,19 @@ def test_rows_are_never_wider_than_the_longest_sample(name, size):
             widest = max(widest, rows.shape[1])
     if name == "arithmetic":
         assert widest > task.max_seq_len() - 40  # the long samples are there, only the padding went
+
+
+def test_split_follows_the_reference_under_recipe_in_narrow_rows():
+    """int(N k / sum(1..n)) draws with k operators, deduplicated, then n-operator rows up to N (Feng et al.)."""
+    from sepbench.tasks.cot import reference
+    task = build_task("arithmetic", 3)
+    train, test = task.split_rows(3000, 300, np.random.default_rng(0))
+    assert train.tokens.dtype == np.uint8 and train.tokens.shape[1] <= task.max_seq_len() + 1
+    operators = lambda rows, prompts: np.isin(rows, [3, 4, 5, 6])[:, : prompts.max()].cumsum(1)[np.arange(len(rows)), prompts - 1]  # noqa: E731
+    ours = np.bincount(operators(train.tokens, train.prompts), minlength=4)[1:]
+    theirs_train, _ = reference.split("arithmetic", 3, 3000, 0, seed=0)
+    theirs = np.bincount([sum(t in (3, 4, 5, 6) for t in row[: row.index(9)]) for row in theirs_train], minlength=4)[1:]
+    assert ours.sum() == theirs.sum() == 3000
+    assert (np.abs(ours - theirs) <= 0.05 * theirs + 10).all(), (ours, theirs)
+    assert ours[0] < 500  # of the 500 one-operator draws only the distinct ones stay
+    assert (operators(test.tokens, test.prompts) == 3).all()
