@@ -249,3 +249,35 @@ def test_arithmetic_leftmost_order_keeps_prompts_and_answers():
         assert leftmost.check_sequence(solved)
         assert leftmost.answer_of(solved) == reference.answer_of(tokens)
     assert ordered.shape[1] <= leftmost.max_seq_len() + 1
+
+
+@pytest.mark.parametrize("name,size", [("arithmetic", 13), ("arithmetic", 16), ("edit_distance", 20),
+                                       ("ed_local", 20), ("lis", 250)])
+def test_rows_are_never_wider_than_the_longest_sample(name, size):
+    """Rejected longer draws (Arithmetic's cap) must not leave padding columns beyond max_seq_len + 1."""
+    task = build_task(name, size)
+    widest = 0
+    for seed in range(10 if name == "arithmetic" else 2):
+        for train in (False, True):
+            rows, _ = task.generate_rows(2000, np.random.default_rng(seed), train=train)
+            assert rows.shape[1] <= task.max_seq_len() + 1, (seed, train)
+            assert rows.shape[1] == (rows != PAD).sum(axis=1).max()
+            widest = max(widest, rows.shape[1])
+    if name == "arithmetic":
+        assert widest > task.max_seq_len() - 40  # the long samples are there, only the padding went
+
+
+def test_split_follows_the_reference_under_recipe_in_narrow_rows():
+    """int(N k / sum(1..n)) draws with k operators, deduplicated, then n-operator rows up to N (Feng et al.)."""
+    from sepbench.tasks.cot import reference
+    task = build_task("arithmetic", 3)
+    train, test = task.split_rows(3000, 300, np.random.default_rng(0))
+    assert train.tokens.dtype == np.uint8 and train.tokens.shape[1] <= task.max_seq_len() + 1
+    operators = lambda rows, prompts: np.isin(rows, [3, 4, 5, 6])[:, : prompts.max()].cumsum(1)[np.arange(len(rows)), prompts - 1]  # noqa: E731
+    ours = np.bincount(operators(train.tokens, train.prompts), minlength=4)[1:]
+    theirs_train, _ = reference.split("arithmetic", 3, 3000, 0, seed=0)
+    theirs = np.bincount([sum(t in (3, 4, 5, 6) for t in row[: row.index(9)]) for row in theirs_train], minlength=4)[1:]
+    assert ours.sum() == theirs.sum() == 3000
+    assert (np.abs(ours - theirs) <= 0.05 * theirs + 10).all(), (ours, theirs)
+    assert ours[0] < 500  # of the 500 one-operator draws only the distinct ones stay
+    assert (operators(test.tokens, test.prompts) == 3).all()

@@ -80,7 +80,9 @@ def test_cot_runs_are_deterministic_and_fixed_data_is_disjoint():
     a, b = train(cfg), train(cfg)
     assert a.metrics == b.metrics and set(a.metrics) == {"loss", "accuracy", "cot_exact"}
     trainer = Trainer(cfg)
-    train_rows = {tuple(r[r != 0].tolist()) for r in trainer.fixed.inputs}
+    fixed = trainer.task.to_batch(*trainer.fixed_rows.take(np.arange(len(trainer.fixed_rows))))
+    assert trainer.fixed_rows.tokens.dtype == np.uint8  # narrow rows, widened per batch
+    train_rows = {tuple(r[r != 0].tolist()) for r in fixed.inputs}
     test_rows = {tuple(r[r != 0].tolist()) for r in trainer.eval_sets[6].inputs}
     assert len(train_rows) == 500 and not train_rows & test_rows
 

@@ -172,3 +172,18 @@ def test_distinct_points_for_nearest_neighbor():
     assert all(len(set(row.tolist())) == 20 for row in first) and all_pass(task, batch)
     with pytest.raises(ValueError, match="2\\^dims >= N/2"):
         build_task("nearest_neighbor", 80, {"dims": 5, "distinct": True}).sample_eval(1, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("pairs,vocab", [(64, 8192), (256, 4096), (40, 64)])  # few or many repeats; a permutation
+def test_mqar_keys_are_distinct_and_uniform(pairs, vocab):
+    from sepbench.tasks.recall import distinct_keys
+    keys = distinct_keys(20000, pairs, vocab, np.random.default_rng(0))
+    ordered = np.sort(keys, axis=1)
+    assert (ordered[:, 1:] != ordered[:, :-1]).all() and keys.min() >= 0 and keys.max() < vocab
+    # every position is uniform over the vocabulary (redrawing only the repeats in place would skew it)
+    counts = np.bincount(keys[:, [0, pairs // 2, -1]].ravel() % 64, minlength=64)
+    expected = counts.sum() / 64
+    assert ((counts - expected) ** 2 / expected).sum() < 120  # chi-square, 63 df: p ~ 2e-5
+    batch = build_task("mqar", pairs, {"key_vocab": vocab}).sample_train(100, np.random.default_rng(1))
+    first_half = batch.inputs[:, : 2 * pairs : 2]
+    assert all(len(set(row.tolist())) == pairs for row in first_half)

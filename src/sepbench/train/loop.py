@@ -77,15 +77,17 @@ class Trainer:
         self.train_rng = data_rng(config.seed, TRAIN_STREAM)
         eval_rng = data_rng(config.seed, EVAL_STREAM)
         self.eval_sets = {n: self.task.sample_eval(config.train.eval_samples, eval_rng, n) for n in self.lengths}
-        self.fixed = None
-        if config.train.data == "fixed" and self.task.deduplicated_split:
-            self.fixed, self.eval_sets[config.task.length] = self.task.sample_split(
-                config.train.train_size, config.train.eval_samples, self.train_rng)
+        self.fixed = self.fixed_rows = None
+        if config.train.data == "fixed" and self.task.deduplicated_split:  # narrow rows, batched per step
+            self.fixed_rows, test = self.task.split_rows(config.train.train_size, config.train.eval_samples, self.train_rng)
+            self.eval_sets[config.task.length] = self.task.to_batch(test.tokens, test.prompts)
         elif config.train.data == "fixed":
             self.fixed = self.task.sample_train(config.train.train_size, self.train_rng)
 
     def next_batch(self) -> Batch:
         size = self.config.train.batch_size
+        if self.fixed_rows is not None:
+            return self.task.to_batch(*self.fixed_rows.take(self.train_rng.integers(0, len(self.fixed_rows), size=size)))
         if self.fixed is None:
             return self.task.sample_train(size, self.train_rng)
         rows = torch.from_numpy(self.train_rng.integers(0, len(self.fixed), size=size))

@@ -78,7 +78,19 @@ class Arithmetic(CotTask):
         rows = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r, _ in parts])
         prompts = np.concatenate([p for _, p in parts])
         order = rng.permutation(n)
-        return rows[order], prompts[order]
+        return _trimmed(rows[order]), prompts[order]
+
+    def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
+        """With ``under``, the reference's recipe (Feng et al. 2023, arithmetic/data.py): int(n_train k /
+        (1 + .. + n)) draws with k operators for each k, deduplicated, then n-operator rows up to n_train."""
+        if not self.options.under:
+            return [(None, self.length)]
+        shares = np.arange(1, self.length + 1) / np.sum(np.arange(1, self.length + 1)) * n_train
+        return [(int(share), k + 1) for k, share in enumerate(shares)] + [(None, self.length)]
+
+    def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
+        rows, prompts = self._generate_fixed(n, self.length if stage == "test" else int(stage), rng)
+        return _trimmed(rows), prompts
 
     def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
         """The same prompts with the CoT of ``solve``: one deterministic order instead of the reference's
@@ -120,8 +132,7 @@ class Arithmetic(CotTask):
             value = expr[rows, pos] - NUMBER0
             left = np.where(pos > 0, expr[rows, np.maximum(pos - 1, 0)], PAD)
             right = expr[rows, pos + 1]
-            op = np.asarray(OPERATORS, np.int16)[rng.integers(0, 4, n)]
-            a, b = self._operands(op, value, rng)
+            a, op, b = self._expansions(value, rng)
             additive = (op == PLUS) | (op == MINUS)
             bracket = (left == DIVIDE) | additive & ((left == TIMES) | (left == MINUS) | (right == TIMES) | (right == DIVIDE))
             piece[:] = PAD
@@ -158,15 +169,28 @@ class Arithmetic(CotTask):
         cot_lengths = sum(lengths) + operators
         return out[:, :-1], lengths[-1] + 1, cot_lengths
 
-    def _operands(self, op: np.ndarray, value: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Operands with a op b = value (mod p): a uniform for + and -, a nonzero factor for *, b nonzero for /."""
+    def _expansions(self, value: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a, op, b) with a op b = value (mod p), drawn as the reference draws them (Feng et al. 2023,
+        arithmetic/data.py): a and op uniform, b solved for; an invalid draw (a = 0 under * or /, a zero
+        divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly."""
         p = self.p
-        free = rng.integers(0, p, value.shape[0])
-        nonzero = rng.integers(1, p, value.shape[0])
-        a = np.select([op == TIMES, op == DIVIDE], [nonzero, value * nonzero % p], free)
-        b = np.select([op == PLUS, op == MINUS, op == TIMES], [(value - free) % p, (free - value) % p,
-                                                                value * self.inverse[nonzero] % p], nonzero)
-        return NUMBER0 + a, NUMBER0 + b
+        a, op, b = (np.empty(value.shape[0], np.int16) for _ in range(3))
+        todo = np.arange(value.shape[0])
+        while todo.size:
+            x = value[todo].astype(np.int64)
+            first = rng.integers(0, p, todo.size)
+            sign = np.asarray(OPERATORS, np.int16)[rng.integers(0, 4, todo.size)]
+            free = rng.integers(0, p, todo.size)
+            second = np.select([sign == PLUS, sign == MINUS, sign == TIMES],
+                               [(x - first) % p, (first - x) % p,
+                                np.where(first == 0, free, x * self.inverse[first] % p)],
+                               np.where(x == 0, free, first * self.inverse[x] % p))
+            invalid = np.where(sign == TIMES, (first == 0) & (x != 0),
+                               (sign == DIVIDE) & (((first == 0) != (x == 0)) | (first == 0) & (free == 0)))
+            done = todo[~invalid]
+            a[done], op[done], b[done] = first[~invalid], sign[~invalid], second[~invalid]
+            todo = todo[invalid]
+        return NUMBER0 + a, op, NUMBER0 + b
 
     # --- plain-Python oracle and checker -------------------------------------------------------------
 
@@ -226,6 +250,11 @@ class Arithmetic(CotTask):
 
     def render(self, tokens: Sequence[int]) -> str:
         return " ".join(SYMBOLS.get(int(t), str(int(t) - NUMBER0)) for t in tokens)
+
+
+def _trimmed(rows: np.ndarray) -> np.ndarray:
+    """Rows without the all-PAD columns that rejected longer draws leave at the end."""
+    return rows[:, : int((rows != PAD).sum(axis=1).max(initial=1))]
 
 
 def _split(tokens: list[int], separator: int) -> list[list[int]]:

@@ -6,6 +6,7 @@ alone in ``direct`` mode), then ``<eos>``. The loss and the metrics cover everyt
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar, Literal, Sequence
 
 import numpy as np
@@ -31,12 +32,35 @@ def compact(values: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return out[:, :trash], lengths
 
 
-def row_hashes(rows: np.ndarray) -> np.ndarray:
-    """Two independent 64-bit linear hashes per row, as one [n, 2] array (duplicates collide, others almost never)."""
-    weights = np.random.default_rng(12345).integers(1, 2**63, size=(2, rows.shape[1]), dtype=np.uint64) | np.uint64(1)
-    data = rows.astype(np.uint64) + np.uint64(1)
+_HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2**63, size=4096, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+
+def row_hashes(rows: np.ndarray, block: int = 64) -> np.ndarray:
+    """A 64-bit hash per row: sum of token * odd random weight (mod 2^64), so trailing PAD (0) columns
+    do not change it; equal rows collide, distinct ones almost never."""
+    out = np.zeros(rows.shape[0], np.uint64)
     with np.errstate(over="ignore"):
-        return np.stack([(data * w).sum(axis=1, dtype=np.uint64) for w in weights], axis=1)
+        for start in range(0, rows.shape[1], block):
+            part = rows[:, start : start + block].astype(np.uint64)
+            out += part @ _HASH_WEIGHTS[start : start + part.shape[1]]
+    return out
+
+
+@dataclass
+class Rows:
+    """A materialised CoT data set: PAD-padded token rows (with <eos>) in a narrow dtype and prompt lengths."""
+
+    tokens: np.ndarray
+    prompts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def take(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``index`` as int64, cut to the longest of them, with their prompt lengths."""
+        rows = self.tokens[index]
+        used = max(2, int((rows != PAD).sum(axis=1).max(initial=2)))
+        return rows[:, :used].astype(np.int64), self.prompts[index].astype(np.int64)
 
 
 class CotTask(Task):
@@ -130,35 +154,58 @@ class CotTask(Task):
         return self.to_batch(*self.generate_rows(n, rng, length))
 
     def sample_split(self, n_train: int, n_test: int, rng: np.random.Generator) -> tuple[Batch, Batch]:
-        """A materialised data set as the reference builds it: ``n_train`` distinct training rows, then
-        ``n_test`` distinct test rows none of which equals a training row (compared on the whole sequence)."""
-        train_rows, train_prompts, seen = self._distinct(n_train, rng, True, np.empty((0, 2), np.uint64))
-        test_rows, test_prompts, _ = self._distinct(n_test, rng, False, seen)
-        return self.to_batch(train_rows, train_prompts), self.to_batch(test_rows, test_prompts)
+        """``split_rows`` as two batches (int64 tensors: for small sets; the trainer keeps the rows)."""
+        train, test = self.split_rows(n_train, n_test, rng)
+        return self.to_batch(train.tokens, train.prompts), self.to_batch(test.tokens, test.prompts)
 
-    def _distinct(self, n: int, rng: np.random.Generator, train: bool,
-                  exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def split_rows(self, n_train: int, n_test: int, rng: np.random.Generator) -> tuple["Rows", "Rows"]:
+        """A materialised data set as the reference builds it: ``n_train`` distinct training rows, then
+        ``n_test`` distinct test rows none of which equals a training row (compared on the whole sequence).
+
+        Rows are drawn in chunks, stored in the narrowest unsigned dtype and deduplicated by a 64-bit hash
+        of each row (equal rows always collide; two distinct rows share a hash with chance ~2^-54, which
+        only drops one of them), so memory is the data set plus one chunk.
+        """
+        train, seen = self._distinct(n_train, rng, self.split_stages(n_train), np.zeros(0, np.uint64))
+        test, _ = self._distinct(n_test, rng, [(None, "test")], seen)
+        return train, test
+
+    def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
+        """How the training set is drawn: (draws, stage) in order; draws None fills up to ``n_train``."""
+        return [(None, "train")]
+
+    def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` rows of one stage of ``split_stages`` (or of the test set, stage 'test')."""
+        return self.generate_rows(n, rng, train=stage == "train")
+
+    def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],
+                  exclude: np.ndarray) -> tuple["Rows", np.ndarray]:
         width = self.max_seq_len() + 1
-        rows = np.zeros((0, width), np.int64)
-        prompts = np.zeros(0, np.int64)
-        hashes = exclude
-        stale = 0
-        while len(rows) < n and stale < 3:
-            new, new_prompts = self.generate_rows(max(1024, 2 * (n - len(rows))), rng, train=train)
-            padded = np.zeros((len(new), width), np.int64)
-            padded[:, : new.shape[1]] = new
-            candidates = np.concatenate([hashes, row_hashes(padded)])
-            _, first = np.unique(candidates, axis=0, return_index=True)
-            fresh = np.sort(first[first >= len(hashes)]) - len(hashes)
-            fresh = fresh[: n - len(rows)]
-            stale = 0 if len(fresh) else stale + 1
-            rows = np.concatenate([rows, padded[fresh]])
-            prompts = np.concatenate([prompts, new_prompts[fresh]])
-            hashes = np.concatenate([hashes, row_hashes(padded[fresh])])
-        if len(rows) < n:
+        tokens = np.zeros((n, width), np.uint8 if self.vocab_size <= 256 else np.uint16)
+        prompts = np.zeros(n, np.int32)
+        seen, filled, used = exclude, 0, 1
+        chunk = int(np.clip(8_000_000 // width, 1024, 50_000))
+        for draws, stage in stages:
+            left, stale = draws, 0
+            while filled < n and (left is None or left > 0) and stale < 3:
+                size = min(chunk, left) if left is not None else min(chunk, (n - filled) + (n - filled) // 8 + 64)
+                rows, row_prompts = self.stage_rows(size, rng, stage)
+                left = None if left is None else left - size
+                hashes = row_hashes(rows)
+                unique, first = np.unique(hashes, return_index=True)
+                at = np.searchsorted(seen, unique)
+                new = ~((at < len(seen)) & (seen[np.minimum(at, len(seen) - 1)] == unique)) if len(seen) else np.ones(len(unique), bool)
+                fresh = np.sort(first[new])[: n - filled]
+                stale = 0 if len(fresh) else stale + 1
+                tokens[filled : filled + len(fresh), : rows.shape[1]] = rows[fresh]
+                prompts[filled : filled + len(fresh)] = row_prompts[fresh]
+                used = max(used, int((rows[fresh] != PAD).sum(axis=1).max(initial=1)))
+                filled += len(fresh)
+                seen = np.insert(seen, np.searchsorted(seen, np.sort(hashes[fresh])), np.sort(hashes[fresh]))
+        if filled < n:
             raise ValueError(f"{type(self).__name__} at size {self.length} has fewer than {n} distinct samples")
-        used = max(1, int((rows != PAD).sum(axis=1).max()))
-        return rows[:, :used], prompts, hashes
+        order = rng.permutation(n)
+        return Rows(tokens[order, :used], prompts[order]), seen
 
     def reference_answer(self, inputs: Sequence[int]) -> list[int]:
         tokens = [int(t) for t in inputs]

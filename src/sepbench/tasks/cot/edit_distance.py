@@ -65,68 +65,81 @@ class EditDistance(CotTask):
     # --- generation --------------------------------------------------------------------------------
 
     def _generate(self, n: int, rng: np.random.Generator, length: int, train: bool) -> tuple[np.ndarray, np.ndarray]:
-        firsts, seconds = [], []
-        while sum(len(f) for f, _ in firsts) < n:
-            a, b = self._string_pairs(n + n // 4 + 16, rng, length)
-            firsts.append(a)
-            seconds.append(b)
-        first = _stack_padded([f for f, _ in firsts])[:n]
-        first_len = np.concatenate([k for _, k in firsts])[:n]
-        second = _stack_padded([s for s, _ in seconds])[:n]
-        second_len = np.concatenate([k for _, k in seconds])[:n]
-        return self.layout(first, first_len, second, second_len)
+        return self.layout(*self.string_pairs(n, rng, length))
 
-    def _string_pairs(self, n: int, rng: np.random.Generator, length: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """Pairs of letter-index strings (a, len a), (b, len b), a the shorter; the reference's rejection rule."""
+    def string_pairs(self, n: int, rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Letter-index strings a, len a, b, len b (a the shorter, -1 beyond the end), sampled as the reference
+        samples them (Feng et al. 2023, ED/data.py): the number of edits is drawn once per sample and kept
+        when a rejected pair (equal strings, or b's length outside L-3..L+2) is redrawn."""
+        edits = rng.integers(1, length + 1, n)
+        a, b = np.full((n, length), -1, np.int8), np.full((n, length + 2), -1, np.int8)
+        a_len, b_len = np.empty(n, np.int64), np.empty(n, np.int64)
+        todo = np.arange(n)
+        while todo.size:
+            first, second, second_len = self._draw_pair(edits[todo], rng, length)
+            ok = (second_len >= length - 3) & (second_len <= length + 2) & ~np.all(first == second, axis=1)
+            swap = (second_len < length)[:, None]
+            done = todo[ok]
+            a[done] = np.where(swap, second, first)[ok, :length]
+            b[done] = np.where(swap, first, second)[ok, : length + 2]
+            a_len[done] = np.minimum(second_len, length)[ok]
+            b_len[done] = np.maximum(second_len, length)[ok]
+            todo = todo[~ok]
+        return a, a_len, b, b_len
+
+    def _draw_pair(self, edits: np.ndarray, rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One draw of the reference's pair for each entry of ``edits``: L letters of 3..letters+2 random
+        ones, then with ``random_prob`` a random string of length L-3..L+2, else the first string after
+        ``edits`` random deletions, substitutions or insertions (a deletion from 2 letters inserts instead)."""
+        n, width = edits.shape[0], 2 * length + 3
         rows = np.arange(n)
         used = rng.integers(3, self.options.letters + 3, n)
-        alphabet = np.argsort(rng.random((n, 26)), axis=1)
-        letter = lambda shape: alphabet[rows[:, None] if len(shape) == 2 else rows,  # noqa: E731
-                                        (rng.random(shape) * (used[:, None] if len(shape) == 2 else used)).astype(np.int64)]
-        width = 2 * length + 3
-        first = np.full((n, width), -1, np.int64)
-        first[:, :length] = letter((n, length))
+        alphabet = np.argsort(rng.random((n, 26)), axis=1).astype(np.int8)
+
+        def letters(shape: tuple[int, ...]) -> np.ndarray:
+            scale = used[:, None] if len(shape) == 2 else used
+            pick = (rng.random(shape) * scale).astype(np.int64)
+            return alphabet[rows[:, None], pick] if len(shape) == 2 else alphabet[rows, pick]
+
+        first = np.full((n, width), -1, np.int8)
+        first[:, :length] = letters((n, length))
         second, second_len = first.copy(), np.full(n, length)
-        edits = rng.integers(1, length + 1, n)
-        for step in range(length):
+        col = np.arange(width)[None, :]
+        for step in range(int(edits.max(initial=0))):
             active = step < edits
             kind = rng.integers(0, 3, n)  # 0 delete, 1 replace, 2 insert
-            kind = np.where(second_len == 0, 2, kind)
+            kind = np.where((kind == 0) & (second_len <= 2), 2, kind)
             pos = (rng.random(n) * (second_len + (kind == 2))).astype(np.int64)
-            new = letter((n,))
-            col = np.arange(width)[None, :]
+            new = letters((n,))
             at = pos[:, None]
-            shift = np.where(kind == 0, 1, np.where(kind == 2, -1, 0))[:, None]
-            source = np.clip(np.where(col < at, col, col + shift), 0, width - 1)
+            grow = np.where(kind == 0, -1, np.where(kind == 2, 1, 0))
+            source = np.clip(np.where(col < at, col, col - grow[:, None]), 0, width - 1)
             moved = np.take_along_axis(second, source, axis=1)
-            moved = np.where((kind[:, None] == 2) & (col == at) | (kind[:, None] == 1) & (col == at), new[:, None], moved)
-            moved = np.where(col >= (second_len + np.where(kind == 0, -1, np.where(kind == 2, 1, 0)))[:, None], -1, moved)
+            moved = np.where((kind[:, None] != 0) & (col == at), new[:, None], moved)
+            moved = np.where(col >= (second_len + grow)[:, None], -1, moved)
             second = np.where(active[:, None], moved, second)
-            second_len = np.where(active, second_len + np.where(kind == 0, -1, np.where(kind == 2, 1, 0)), second_len)
+            second_len = np.where(active, second_len + grow, second_len)
         random_len = rng.integers(length - 3, length + 3, n)
-        random_str = np.where(np.arange(width)[None, :] < random_len[:, None], letter((n, width)), -1)
+        random_str = np.where(col < random_len[:, None], letters((n, width)), -1).astype(np.int8)
         is_random = rng.random(n) < self.options.random_prob
         second = np.where(is_random[:, None], random_str, second)
         second_len = np.where(is_random, random_len, second_len)
-        ok = (second_len >= length - 3) & (second_len <= length + 2) & ~np.all(first == second, axis=1)
-        swap = second_len < length
-        a = np.where(swap[:, None], second, first)[ok]
-        b = np.where(swap[:, None], first, second)[ok]
-        a_len = np.where(swap, second_len, length)[ok]
-        b_len = np.where(swap, length, second_len)[ok]
-        return (a[:, : length], a_len), (b[:, : length + 2], b_len)
+        return first, second, second_len
 
     def table(self, a: np.ndarray, a_len: np.ndarray, b: np.ndarray, b_len: np.ndarray) -> np.ndarray:
-        """dp[:, i, j] for every row at once (cells beyond a row's lengths are meaningless)."""
+        """dp[:, i, j] for every row at once (cells beyond a row's lengths are meaningless). Row by row:
+        dp[i, j] = min over k <= j of (c[k] + 2 (j - k)), c being the best of the cells above and to the
+        upper left (c[0] = dp[i, 0]), which is a running minimum of c[k] - 2k."""
         n, rows, cols = a.shape[0], a.shape[1] + 1, b.shape[1] + 1
-        dp = np.zeros((n, rows, cols), np.int64)
-        dp[:, :, 0] = self.edge * np.arange(rows)
+        ramp = INSERT_DELETE * np.arange(cols, dtype=np.int16)
+        dp = np.empty((n, rows, cols), np.int16)
         dp[:, 0, :] = self.edge * np.arange(cols)
+        dp[:, :, 0] = self.edge * np.arange(rows)
         for i in range(1, rows):
-            replace = np.where(a[:, i - 1, None] == b, 0, REPLACE)
-            for j in range(1, cols):
-                dp[:, i, j] = np.minimum(np.minimum(dp[:, i - 1, j], dp[:, i, j - 1]) + INSERT_DELETE,
-                                         dp[:, i - 1, j - 1] + replace[:, j - 1])
+            replace = np.where(a[:, i - 1, None] == b, 0, REPLACE).astype(np.int16)
+            best = np.minimum(dp[:, i - 1, 1:] + INSERT_DELETE, dp[:, i - 1, :-1] + replace)
+            chain = np.concatenate([dp[:, i, :1], best], axis=1) - ramp
+            dp[:, i, :] = np.minimum.accumulate(chain, axis=1) + ramp
         return dp
 
     def layout(self, a: np.ndarray, a_len: np.ndarray, b: np.ndarray, b_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

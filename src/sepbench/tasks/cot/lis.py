@@ -56,27 +56,23 @@ class LongestIncreasingSubsequence(CotTask):
         return np.concatenate([values + NUMBER0, *body], axis=1), np.full(n, length + 1)
 
     def sequences(self, n: int, rng: np.random.Generator, length: int) -> np.ndarray:
-        """Uniform fill in [L+1, R) with 1-3 strictly increasing runs planted at random positions."""
-        low, spread = length + 1, self.range - length - 1
+        """Inputs sampled as the reference samples them (Feng et al. 2023, LIS/data.py): 1-3 runs of total
+        size T uniform in 3..L (two runs: the first 1..T//2+1; three: 1..T//3+1, then 1..(T-first)//2+1,
+        the rest last), each a sorted sample without replacement of [L+1, R); T sorted random positions
+        take the runs one after another, and the other positions are uniform in [L+1, R)."""
+        low = length + 1
         values = rng.integers(low, self.range, (n, length))
-        planted = rng.integers(3, length + 1, n)
         runs = rng.integers(1, 4, n)
-        cuts = np.sort(rng.integers(0, planted[:, None] + 1, (n, 2)), axis=1)
-        cuts = np.where(runs[:, None] > np.array([[1, 2]]), cuts, planted[:, None])
-        bounds = np.concatenate([np.zeros((n, 1), np.int64), cuts, planted[:, None]], axis=1)
-        rank = np.argsort(rng.random((n, length)), axis=1).argsort(axis=1)
-        column = np.arange(length)[None, :]
-        big = np.iinfo(np.int64).max // 4
-        padded = np.concatenate([values, np.zeros((n, 1), np.int64)], axis=1)
-        for run in range(3):
-            size = bounds[:, run + 1] - bounds[:, run]
-            member = (rank >= bounds[:, run, None]) & (rank < bounds[:, run + 1, None])
-            draws = np.sort(np.where(column < size[:, None], rng.integers(0, spread - size[:, None] + 1, (n, length)), big), axis=1)
-            increasing = draws + column + low
-            where = np.sort(np.where(member, column, big), axis=1)
-            index = np.where(column < size[:, None], where, length)
-            np.put_along_axis(padded, index, np.where(column < size[:, None], increasing, 0), axis=1)
-        return padded[:, :length]
+        total = rng.integers(3, length + 1, n)
+        first = np.where(runs == 1, total, rng.integers(1, np.where(runs == 2, total // 2, total // 3) + 2))
+        second = np.where(runs == 3, rng.integers(1, (total - first) // 2 + 2), total - first)
+        second = np.where(runs == 1, 0, second)
+        sizes = np.stack([first, second, total - first - second], axis=1)
+        places = _sorted_subsets(total[:, None], length, rng)[:, 0]
+        numbers = _sorted_subsets(sizes, self.range - low, rng).reshape(n, -1)
+        row, column = np.nonzero(places)
+        values[row, column] = low + np.nonzero(numbers)[1] % (self.range - low)
+        return values
 
     def solve(self, prompt: Sequence[int]) -> list[int]:
         values = [int(t) - NUMBER0 for t in prompt[:-1]]
@@ -98,6 +94,18 @@ class LongestIncreasingSubsequence(CotTask):
     def render(self, tokens: Sequence[int]) -> str:
         names = {PAD: "<pad>", SEP: "<sep>", EOS: "<eos>"}
         return " ".join(names.get(t, str(t - NUMBER0)) for t in map(int, tokens))
+
+
+def _sorted_subsets(sizes: np.ndarray, universe: int, rng: np.random.Generator) -> np.ndarray:
+    """Masks [n, k, universe] of uniform random subsets of range(universe) of the given sizes [n, k], by
+    selection sampling (Knuth's algorithm S): element j is taken with chance (still needed) / (left to see)."""
+    need = sizes.astype(np.int64).copy()
+    mask = np.empty(sizes.shape + (universe,), bool)
+    for j in range(universe):
+        take = rng.random(sizes.shape) * (universe - j) < need
+        mask[..., j] = take
+        need -= take
+    return mask
 
 
 def longest_ending_at(values: np.ndarray, chunk: int = 1024) -> np.ndarray:
