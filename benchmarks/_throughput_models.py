@@ -11,8 +11,10 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
+from typing import Callable, Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -22,7 +24,8 @@ import torch  # noqa: E402
 from _throughput_common import Ratio  # noqa: E402
 from sepbench.config import ModelConfig  # noqa: E402
 from sepbench.models import SequenceModel, build_model  # noqa: E402
-from sepbench.models.mixers.kv_cache import append, attend, empty_cache  # noqa: E402
+from sepbench.models.mixers import softmax  # noqa: E402
+from sepbench.models.mixers.retnet import RetNetOptions  # noqa: E402
 
 VOCAB, WIDTH, LAYERS, HEADS = 16, 64, 2, 4
 
@@ -32,9 +35,9 @@ def model(name: str, length: int, **options) -> SequenceModel:
     return build_model(ModelConfig(name=name, layers=LAYERS, width=WIDTH, heads=HEADS, options=options), VOCAB, length)
 
 
-def training_step(form: str, length: int, batch: int, chunk: int = 32) -> Callable[[], None]:
-    """One forward and backward of a 2-layer RetNet trained in ``form``."""
-    net = model("retnet", length, form=form, chunk=chunk)
+def training_step(form: str, length: int, batch: int, chunk: int | None = None) -> Callable[[], None]:
+    """One forward and backward of a 2-layer RetNet trained in ``form`` (chunk: the option's default unless given)."""
+    net = model("retnet", length, form=form, **({"chunk": chunk} if chunk else {}))
     tokens = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(0))
 
     def run() -> None:
@@ -63,60 +66,79 @@ def retnet_ratio(quick: bool) -> Ratio:
     times = alternate({form: training_step(form, length, 8) for form in ("parallel", "chunkwise")}, repeats)
     par, chunk = times["parallel"], times["chunkwise"]
     name = "retnet_chunkwise_1024_quick" if quick else "retnet_chunkwise_4096"
-    detail = (f"train step L={length} batch 8 width 64 2 layers, chunk 32; parallel min/median "
+    detail = (f"train step L={length} batch 8 width 64 2 layers, chunk {RetNetOptions().chunk}; parallel min/median "
               f"{min(par):.2f}/{statistics.median(par):.2f} s, chunkwise {min(chunk):.3f}/{statistics.median(chunk):.3f} s; "
               f"ratio of mins {min(par) / min(chunk):.3g}")
     return Ratio(name, statistics.median(par) / statistics.median(chunk), 5.0, "at_least", detail)
 
 
 @torch.no_grad()
-def decode_seconds(net: SequenceModel, positions: list[int], window: int) -> dict[int, list[float]]:
-    """Seconds of each of ``window`` consecutive decode steps (batch 1) from each position."""
+def decode_seconds(net: SequenceModel, positions: list[int], rounds: int) -> dict[int, list[float]]:
+    """Seconds of decode steps (batch 1) from each position: one state is stepped to each position, then the
+    states take one step each in turn for ``rounds`` rounds, so machine load hits every position alike."""
     net.eval()
-    state = net.init_state(1)
     token = torch.zeros(1, dtype=torch.long)
-    found: dict[int, list[float]] = {}
-    for position in sorted(positions):
+    states = {}
+    for position in positions:
+        state = net.init_state(1)
         while state.position < position:
             _, state = net.step(token, state)
-        found[position] = []
-        for _ in range(window):
+        states[position] = state
+    found: dict[int, list[float]] = {position: [] for position in positions}
+    for _ in range(rounds):
+        for position in positions:
             start = time.perf_counter()
-            _, state = net.step(token, state)
+            _, states[position] = net.step(token, states[position])
             found[position].append(time.perf_counter() - start)
     return found
 
 
-def attention_seconds(length: int, repeats: int) -> float:
-    """Median seconds of one layer's cached attention (append one position, attend over ``length``)."""
-    rows, dim = HEADS, WIDTH // HEADS
-    cache = empty_cache(rows, dim, length + repeats + 1, torch.device("cpu"), torch.float32)
-    key, query = torch.randn(rows, dim), torch.randn(rows, dim)
-    for _ in range(length - 1):
-        cache = append(cache, key, key)
-    samples = []
-    for _ in range(repeats):
+@contextmanager
+def clocked(module: ModuleType, name: str, sink: list[float]) -> Iterator[None]:
+    """Append the seconds of every call of ``module.name`` to ``sink`` while inside the block."""
+    original = getattr(module, name)
+
+    def wrapper(*args: object) -> object:
         start = time.perf_counter()
-        attend(query, append(cache, key, key), dim**-0.5)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        result = original(*args)
+        sink.append(time.perf_counter() - start)
+        return result
+
+    setattr(module, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def step_parts(net: SequenceModel, positions: list[int], rounds: int) -> dict[str, dict[int, float]]:
+    """Median seconds per decode step spent writing the cache and attending over it (all layers), at each position."""
+    writes: list[float] = []
+    reads: list[float] = []
+    with clocked(softmax, "append", writes), clocked(softmax, "attend", reads):
+        decode_seconds(net, positions, rounds)
+    layers, count = len(net.blocks), len(positions)
+    parts = {}
+    for part, sink in (("write", writes), ("attention", reads)):
+        per_step = [sum(sink[i : i + layers]) for i in range(0, len(sink), layers)][-rounds * count :]
+        parts[part] = {p: statistics.median(per_step[k::count]) for k, p in enumerate(positions)}
+    return parts
 
 
 def kv_decode_ratio(quick: bool) -> Ratio:
     near, far = 100, 4000
-    window, repeats = (40, 2) if quick else (100, 3)
-    net = model("transformer", far + window + 1)
-    runs = [decode_seconds(net, [near, far], window) for _ in range(repeats)]
-    medians = {p: [statistics.median(run[p]) for run in runs] for p in (near, far)}
-    mins = {p: [min(run[p]) for run in runs] for p in (near, far)}
-    ratio = statistics.median(medians[far]) / statistics.median(medians[near])
-    attention = {p: LAYERS * attention_seconds(p, 200) for p in (near, far)}
-    growth = statistics.median(medians[far]) - statistics.median(medians[near])
-    detail = (f"softmax width 64 2 layers batch 1, per token median {1e6 * statistics.median(medians[near]):.0f} -> "
-              f"{1e6 * statistics.median(medians[far]):.0f} us (min {1e6 * min(mins[near]):.0f} -> {1e6 * min(mins[far]):.0f}); "
-              f"of the {1e6 * growth:.0f} us growth, attention over the cached keys (2 layers) "
-              f"{1e6 * attention[near]:.0f} -> {1e6 * attention[far]:.0f} us")
-    return Ratio("kv_decode_4000_vs_100", ratio, 1.3, "at_most", detail)
+    rounds, repeats = (40, 2) if quick else (100, 3)
+    net = model("transformer", far + rounds + 1)
+    runs = [decode_seconds(net, [near, far], rounds) for _ in range(repeats)]
+    medians = {p: statistics.median(statistics.median(run[p]) for run in runs) for p in (near, far)}
+    mins = {p: min(min(run[p]) for run in runs) for p in (near, far)}
+    parts = step_parts(net, [near, far], rounds)
+    us = {name: {p: round(1e6 * s) for p, s in by_position.items()} for name, by_position in parts.items()}
+    detail = (f"softmax width 64 2 layers batch 1, per token median {1e6 * medians[near]:.0f} -> {1e6 * medians[far]:.0f} us "
+              f"(min {1e6 * mins[near]:.0f} -> {1e6 * mins[far]:.0f}); inside those steps the cache writes take "
+              f"{us['write'][near]} -> {us['write'][far]} us, the attention over the cached keys "
+              f"{us['attention'][near]} -> {us['attention'][far]} us")
+    return Ratio("kv_decode_4000_vs_100", medians[far] / medians[near], 1.3, "at_most", detail)
 
 
 def measure(quick: bool) -> list[Ratio]:

@@ -314,3 +314,17 @@ def test_stepping_an_older_kv_state_again_leaves_the_newer_one_intact():
     torch.testing.assert_close(again, fresh[:, 3], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(last, fresh[:, 6], rtol=1e-10, atol=1e-10)
     assert not torch.allclose(other, again)
+
+
+def test_softmax_steps_under_autograd_give_the_whole_sequence_gradients():
+    tokens = torch.randint(0, 7, (2, 6))
+    stepped, whole = softmax_model(8), softmax_model(8)
+    state = stepped.init_state(2)
+    total = 0
+    for t in range(6):
+        logits, state = stepped.step(tokens[:, t], state)
+        total = total + logits.square().sum()
+    total.backward()
+    whole(tokens).square().sum().backward()
+    for (name, a), (_, b) in zip(stepped.named_parameters(), whole.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-10, msg=name)

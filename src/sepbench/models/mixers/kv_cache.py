@@ -14,10 +14,13 @@ import torch
 class KVStore:
     """The buffers behind successive cache states; ``length`` is how many positions the newest state holds."""
 
-    def __init__(self, rows: int, dim: int, capacity: int, device: torch.device, dtype: torch.dtype) -> None:
-        self.keys = torch.empty(rows, dim, capacity, device=device, dtype=dtype)
-        self.values = torch.empty(rows, capacity, dim, device=device, dtype=dtype)
-        self.length = 0
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int = 0) -> None:
+        self.keys, self.values, self.length = keys, values, length
+
+    @classmethod
+    def empty(cls, rows: int, dim: int, capacity: int, device: torch.device, dtype: torch.dtype) -> KVStore:
+        keys = torch.empty(rows, dim, capacity, device=device, dtype=dtype)
+        return cls(keys, torch.empty(rows, capacity, dim, device=device, dtype=dtype))
 
     @property
     def capacity(self) -> int:
@@ -39,7 +42,7 @@ class KVCache:
 
 def empty_cache(rows: int, dim: int, capacity: int, device: torch.device, dtype: torch.dtype) -> KVCache:
     """A cache with room for ``capacity`` positions before it has to grow."""
-    store = KVStore(rows, dim, max(1, capacity), device, dtype)
+    store = KVStore.empty(rows, dim, max(1, capacity), device, dtype)
     return KVCache(store.keys[:, :, :0], store.values[:, :0], store)
 
 
@@ -47,12 +50,19 @@ def append(cache: KVCache, key: torch.Tensor, value: torch.Tensor) -> KVCache:
     """The cache with one more position (``key``, ``value``: [B*H, d]), written in place.
 
     A state that is not the newest of its store (stepped before, e.g. a snapshot being branched) gets a
-    copy first, so no other state's positions are overwritten; a full store doubles its capacity.
+    copy first, so no other state's positions are overwritten; a full store doubles its capacity. Where
+    autograd records the step, the cache is concatenated instead, since in-place writes would invalidate
+    the positions earlier steps saved for the backward pass.
     """
     length, store = cache.length, cache.store
+    if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad or cache.values.requires_grad):
+        keys = torch.cat([cache.keys, key.unsqueeze(-1)], dim=2)
+        values = torch.cat([cache.values, value.unsqueeze(1)], dim=1)
+        return KVCache(keys, values, KVStore(keys, values, length + 1))
     if store.length != length or length == store.capacity:
         capacity = store.capacity * (2 if length == store.capacity else 1)
-        store = KVStore(cache.values.shape[0], cache.values.shape[2], capacity, cache.values.device, cache.values.dtype)
+        store = KVStore.empty(cache.values.shape[0], cache.values.shape[2], capacity, cache.values.device,
+                              cache.values.dtype)
         store.keys[:, :, :length] = cache.keys
         store.values[:, :length] = cache.values
     store.keys[:, :, length] = key
