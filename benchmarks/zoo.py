@@ -19,6 +19,7 @@ from sepbench.train.environment import resolve_device
 
 VOCAB = 32
 RECURRENT = ("linear_transformer", "retnet", "lstm", "dss", "mamba")
+PROBE = 25
 
 
 def sync(device: torch.device) -> None:
@@ -69,22 +70,26 @@ def side_by_side(fns: dict[str, Callable[[], None]], device: torch.device, repea
 
 
 @torch.no_grad()
-def decode_costs(model: SequenceModel, positions: list[int], device: torch.device, probe: int = 25) -> dict[int, float]:
-    """Median seconds of one decode step at each position (batch 1); the states are built by stepping there
-    first, then the positions are timed in interleaved rounds so that load changes hit every position alike."""
+def decode_costs(model: SequenceModel, positions: list[int], device: torch.device, probe: int = PROBE) -> dict[int, float]:
+    """Median seconds of one decode step at each position (batch 1): the state is stepped there, then the next
+    ``probe`` steps are timed one by one. Each state is stepped once, as in generation (a KV cache copies
+    itself before a second step from the same state)."""
     model.eval()
     state = model.init_state(1, device)
     token = torch.zeros(1, dtype=torch.long, device=device)
-    states = {}
+    costs = {}
     for target in sorted(positions):
         while state.position < target:
             _, state = model.step(token, state)
-        states[target] = state
-    samples: dict[int, list[float]] = {target: [] for target in states}
-    for _ in range(probe):
-        for target, snapshot in states.items():
-            samples[target].append(timed(lambda: model.step(token, snapshot), device))
-    return {target: statistics.median(times) for target, times in samples.items()}
+        samples = []
+        for _ in range(probe):
+            sync(device)
+            start = time.perf_counter()
+            _, state = model.step(token, state)
+            sync(device)
+            samples.append(time.perf_counter() - start)
+        costs[target] = statistics.median(samples)
+    return costs
 
 
 def main() -> None:
@@ -117,7 +122,7 @@ def main() -> None:
     print(f"{'model':<20}" + "".join(f"{'t=' + str(p):>10}" for p in decode_at) + f"{'last/first':>12}")
     growth: dict[str, float] = {}
     for name in MODELS.names():
-        costs = decode_costs(make(name, max(decode_at) + 1, device), decode_at, device)
+        costs = decode_costs(make(name, max(decode_at) + PROBE + 1, device), decode_at, device)
         growth[name] = costs[max(decode_at)] / costs[min(decode_at)]
         print(f"{name:<20}" + "".join(f"{1e3 * costs[p]:>10.3f}" for p in decode_at) + f"{growth[name]:>12.2f}")
 

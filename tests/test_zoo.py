@@ -5,7 +5,8 @@ import torch
 from sepbench.config import ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers.linear import feature_map, linear_attention_chunked, linear_attention_reference
-from sepbench.models.mixers.retnet import head_decays
+from sepbench.models.mixers.retention import retention_chunkwise, retention_parallel
+from sepbench.models.mixers.retnet import CHUNKWISE_FROM, head_decays
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.mixers.sparse import allowed_mask, default_block_size
 
@@ -179,3 +180,151 @@ def test_mamba_ssm_kernel_matches_the_reference_scan():
         model = build_model(ModelConfig(name="mamba", layers=2, width=16, options=options), 9, 30).cuda()
         outputs.append(model(tokens))
     torch.testing.assert_close(outputs[0], outputs[1], atol=1e-4, rtol=1e-3)
+
+
+def retention_recurrence(q, k, v, log_decay):
+    """Sun et al. eq. 6 step by step: S_n = gamma S_{n-1} + k_n^T v_n, o_n = q_n S_n."""
+    state = torch.zeros(*q.shape[:2], q.shape[-1], v.shape[-1], dtype=q.dtype)
+    gamma = log_decay.exp()[None, :, None, None]
+    outputs = []
+    for n in range(q.shape[2]):
+        state = gamma * state + k[:, :, n, :, None] * v[:, :, n, None, :]
+        outputs.append((q[:, :, n, None, :] @ state)[:, :, 0])
+    return torch.stack(outputs, dim=2)
+
+
+@pytest.mark.parametrize("length,chunk", [(1, 4), (1, 1), (17, 4), (20, 7), (16, 16), (33, 64), (40, 1)])
+def test_retention_chunkwise_parallel_and_recurrence_agree_with_gradients(length, chunk):
+    torch.manual_seed(length + chunk)
+    q, k, v = (torch.randn(2, 3, length, 6, dtype=torch.double, requires_grad=True) for _ in range(3))
+    log_decay = head_decays(3).log()
+    weights = torch.randn(2, 3, length, 6, dtype=torch.double)
+    forms = [retention_chunkwise(q, k, v, log_decay, chunk), retention_parallel(q, k, v, log_decay),
+             retention_recurrence(q, k, v, log_decay)]
+    grads = [torch.autograd.grad((y * weights).sum(), (q, k, v)) for y in forms]
+    for y, grad in zip(forms[1:], grads[1:]):
+        torch.testing.assert_close(forms[0], y, rtol=1e-10, atol=1e-12)
+        for a, b in zip(grads[0], grad):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_retention_chunkwise_matches_parallel_in_float32():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 300, 16) for _ in range(3))
+    log_decay = head_decays(4).log().float()
+    torch.testing.assert_close(retention_chunkwise(q, k, v, log_decay, 32), retention_parallel(q, k, v, log_decay),
+                               rtol=1e-4, atol=1e-4)
+
+
+def retnet_mixer(**options) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(name="retnet", layers=1, width=16, heads=2, options=options), 5, 32).blocks[0].mixer.double()
+
+
+@pytest.mark.parametrize("length", [1, 4, 11])
+def test_retnet_mixer_forms_and_steps_agree_through_norm_and_gate(length):
+    x = torch.randn(2, length, 16, dtype=torch.double)
+    runs = []
+    for form in ("chunkwise", "parallel", "step"):
+        mixer = retnet_mixer(form="parallel" if form == "step" else form, chunk=4)
+        if form == "step":
+            state = mixer.init_state(2, x.device, x.dtype)
+            steps = []
+            for t in range(length):
+                y, state = mixer.step(x[:, t], state)
+                steps.append(y)
+            y = torch.stack(steps, 1)
+        else:
+            y = mixer(x)
+        y.square().sum().backward()
+        runs.append((y, {name: p.grad for name, p in mixer.named_parameters()}))
+    for y, grads in runs[1:]:
+        torch.testing.assert_close(y, runs[0][0], rtol=1e-10, atol=1e-12)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, runs[0][1][name], rtol=1e-9, atol=1e-11, msg=name)
+
+
+def test_retnet_auto_form_switches_at_the_measured_crossover():
+    auto, parallel, chunkwise = retnet_mixer(), retnet_mixer(form="parallel"), retnet_mixer(form="chunkwise")
+    assert not auto.chunkwise(CHUNKWISE_FROM - 1) and auto.chunkwise(CHUNKWISE_FROM)
+    assert not parallel.chunkwise(10_000) and chunkwise.chunkwise(1)
+
+
+@pytest.mark.parametrize("options", [{"form": "chunkwise", "chunk": 4}, {"form": "auto"}])
+def test_retnet_chunkwise_flops_match_the_counter(options):
+    from sepbench.models.accounting import forward_flops, measure_flops
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="retnet", layers=1, width=16, heads=2, options=options), 5, 256)
+    for length in (9, CHUNKWISE_FROM + 3):
+        assert measure_flops(model, torch.zeros(1, length, dtype=torch.long)) == forward_flops(model, length), length
+
+
+@pytest.mark.parametrize("options,problem", [({"form": "fast"}, "form"), ({"chunk": 0}, "chunk")])
+def test_bad_retnet_option_is_a_one_line_config_error(options, problem):
+    from sepbench.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match=problem) as caught:
+        RunConfig.build({"model": {"name": "retnet", "options": options}})
+    assert "\n" not in str(caught.value)
+
+
+def softmax_model(max_len: int, positions: str = "learned") -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(name="transformer", layers=2, width=16, heads=2, positions=positions), 7, max_len).double().eval()
+
+
+@torch.no_grad()
+def test_kv_cache_is_written_in_place_up_to_max_len():
+    model = softmax_model(12)
+    state = model.init_state(2)
+    caches = [state.blocks[0]]
+    for t in range(12):
+        _, state = model.step(torch.full((2,), t % 7), state)
+        caches.append(state.blocks[0])
+    assert caches[0].store.capacity == 12
+    assert all(c.store is caches[0].store for c in caches) and caches[-1].length == 12
+
+
+@torch.no_grad()
+def test_kv_cache_grows_past_its_capacity_and_still_matches_the_whole_sequence():
+    model = softmax_model(4, positions="none")
+    tokens = torch.randint(0, 7, (2, 11))
+    state = model.init_state(2)
+    for t in range(11):
+        logits, state = model.step(tokens[:, t], state)
+    assert state.blocks[0].store.capacity == 16
+    torch.testing.assert_close(logits, model(tokens)[:, -1], rtol=1e-10, atol=1e-10)
+
+
+@torch.no_grad()
+def test_stepping_an_older_kv_state_again_leaves_the_newer_one_intact():
+    model = softmax_model(10)
+    tokens = torch.randint(0, 7, (1, 6))
+    state = model.init_state(1)
+    for t in range(3):
+        _, state = model.step(tokens[:, t], state)
+    branch_point = state
+    for t in range(3, 6):
+        _, state = model.step(tokens[:, t], state)
+    other, _ = model.step(torch.tensor([(int(tokens[0, 3]) + 1) % 7]), branch_point)
+    again, _ = model.step(tokens[:, 3], branch_point)
+    last, _ = model.step(tokens[:, 0], state)
+    fresh = model(torch.cat([tokens, tokens[:, :1]], dim=1))
+    torch.testing.assert_close(again, fresh[:, 3], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(last, fresh[:, 6], rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(other, again)
+
+
+def test_softmax_steps_under_autograd_give_the_whole_sequence_gradients():
+    tokens = torch.randint(0, 7, (2, 6))
+    stepped, whole = softmax_model(8), softmax_model(8)
+    state = stepped.init_state(2)
+    total = 0
+    for t in range(6):
+        logits, state = stepped.step(tokens[:, t], state)
+        total = total + logits.square().sum()
+    total.backward()
+    whole(tokens).square().sum().backward()
+    for (name, a), (_, b) in zip(stepped.named_parameters(), whole.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-10, msg=name)

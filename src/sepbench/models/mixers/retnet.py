@@ -2,14 +2,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
-from sepbench.config import ModelConfig
+from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.retention import retention_chunkwise, retention_parallel
 from sepbench.models.registry import MODELS
+
+CHUNKWISE_FROM = 128
+"""``form: auto`` trains sequences of at least this many tokens chunkwise (measured crossover, docs/models.md)."""
+
+
+class RetNetOptions(StrictModel):
+    form: Literal["auto", "parallel", "chunkwise"] = Field(
+        "auto", description=f"training form; auto: chunkwise from {CHUNKWISE_FROM} tokens, parallel below")
+    chunk: int = Field(32, ge=1, description="chunk length of the chunkwise form")
 
 
 def head_decays(heads: int) -> torch.Tensor:
@@ -35,10 +47,11 @@ class RetentionState:
     position: int = 0
 
 
-@MODELS.register("retnet", "RetNet multi-scale retention with per-head decay, parallel training, recurrent decoding (Sun et al. 2023)")
+@MODELS.register("retnet", "RetNet multi-scale retention with per-head decay, parallel or chunkwise training, recurrent decoding (Sun et al. 2023)")
 class MultiScaleRetention(Mixer):
     """MSR(X) = (swish(X W_G) * GroupNorm(head_1..head_H)) W_O, head = (Q K^T * D) V (Sun et al. 2023, eqs. 5, 8)."""
 
+    Options = RetNetOptions
     default_lr = 1e-3
     default_positions = "learned"
     uses_heads = True
@@ -79,11 +92,16 @@ class MultiScaleRetention(Mixer):
         batch, length, width = x.shape
         positions = torch.arange(length, device=x.device)
         q, k, v = (t.transpose(1, 2) for t in self._project(x, positions))  # [B, H, T, d]
-        offset = positions[:, None] - positions[None, :]
-        decay = torch.exp(offset.clamp(min=0).to(x.dtype) * self.log_decay.to(x.dtype)[:, None, None])
-        decay = decay.masked_fill(offset < 0, 0.0)  # D_nm = gamma^(n-m) for n >= m (eq. 5)
-        y = ((q @ k.transpose(-1, -2)) * decay) @ v
+        if self.chunkwise(length):
+            y = retention_chunkwise(q, k, v, self.log_decay, self.options.chunk)
+        else:
+            y = retention_parallel(q, k, v, self.log_decay)
         return self._combine(x, y.transpose(1, 2).reshape(batch, length, width))
+
+    def chunkwise(self, length: int) -> bool:
+        """Whether a forward over ``length`` tokens takes the chunkwise form."""
+        form = self.options.form
+        return form == "chunkwise" or (form == "auto" and length >= CHUNKWISE_FROM)
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> RetentionState:
         return RetentionState(torch.zeros(batch_size, self.heads, self.head_dim, self.head_dim, device=device, dtype=dtype))
@@ -103,5 +121,11 @@ class MultiScaleRetention(Mixer):
         return self.heads * self.head_dim**2
 
     def flops(self, length: int) -> int:
-        """Q, K, V, gate and output projections 10 T D^2; the parallel form's two T x T products 4 T^2 D."""
-        return 10 * length * self.width**2 + 4 * length**2 * self.width
+        """Projections 10 T D^2; parallel: the two T x T products 4 T^2 D; chunkwise (T' = T padded to C):
+        the in-chunk products 4 T' C D and the state terms K^T V and Q S, 4 T' d D."""
+        projections = 10 * length * self.width**2
+        if not self.chunkwise(length):
+            return projections + 4 * length**2 * self.width
+        chunk = min(self.options.chunk, length)
+        padded = -(-length // chunk) * chunk
+        return projections + 4 * padded * self.width * (chunk + self.head_dim)

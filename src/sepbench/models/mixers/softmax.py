@@ -1,23 +1,14 @@
 """Causal multi-head softmax attention (Vaswani et al. 2017), through PyTorch's fused SDPA kernel."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sepbench.config import ModelConfig
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.kv_cache import KVCache, append, attend, empty_cache
 from sepbench.models.registry import MODELS
-
-
-@dataclass
-class KVCache:
-    """Keys and values of every token seen so far, [B, H, t, D/H] each."""
-
-    keys: torch.Tensor
-    values: torch.Tensor
 
 
 @MODELS.register("transformer", "decoder-only softmax Transformer, pre-LN, GELU MLP (Vaswani et al. 2017)")
@@ -56,15 +47,15 @@ class SoftmaxAttention(Mixer):
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> KVCache:
-        empty = torch.zeros(batch_size, self.heads, 0, self.head_dim, device=device, dtype=dtype)
-        return KVCache(empty, empty.clone())
+        """An empty KV cache preallocated to ``max_len`` positions."""
+        return empty_cache(batch_size * self.heads, self.head_dim, self.max_len, device, dtype)
 
     def step(self, x: torch.Tensor, state: KVCache) -> tuple[torch.Tensor, KVCache]:
-        q, k, v = (t.unsqueeze(2) for t in self._split(x))  # [B, H, 1, hd]
-        keys = torch.cat([state.keys, k], dim=2)
-        values = torch.cat([state.values, v], dim=2)
-        y = F.scaled_dot_product_attention(q, keys, values)
-        return self.out(y.reshape(x.shape[0], self.width)), KVCache(keys, values)
+        rows = x.shape[0] * self.heads
+        q, k, v = (t.reshape(rows, self.head_dim) for t in self._split(x))
+        state = append(state, k, v)
+        y = attend(q, state, self.head_dim**-0.5)
+        return self.out(y.reshape(x.shape[0], self.width)), state
 
     def state_floats(self, length: int) -> int:
         """Closed form: the KV cache, 2 D floats per position."""
