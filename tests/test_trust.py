@@ -228,3 +228,13 @@ def test_the_code_version_covers_only_what_decides_a_result():
     root = Path(training.__file__).resolve().parents[1]
     assert all((root / part).exists() for part in RESULT_CODE)
     assert "cli.py" not in RESULT_CODE and "report" not in RESULT_CODE and "train" in RESULT_CODE
+
+
+def test_minwidth_fits_no_law_through_widths_censored_at_the_grid_edge(store_path):
+    args = ["minwidth", "--task", "index_lookup", "--model", "transformer", "--lengths", "12,14,16", "--widths", "8,16",
+            "--layers", "1", "--steps", "2", "--k", "1", "--m", "1", "--threshold", "0.001", "--device", "cpu",
+            "--set", "train.eval_samples=50"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("censored at the grid's smallest width 8") == 3
+    assert "no fit" in result.stdout and "alpha" not in result.stdout

@@ -655,7 +655,7 @@ def minwidth(
     from sepbench.store import Store
     from sepbench.sweep import Reuse
     from sepbench.sweep.progress import SweepProgress
-    from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
+    from sepbench.sweep.search import MIN_FIT_POINTS, SolvedRule, fit_log_law, fit_power_law, search_min_width
 
     with bad_input_exits():
         try:
@@ -693,15 +693,18 @@ def minwidth(
             found = f"{found} (width {', '.join(map(str, open_below))} failed: undetermined)"
         table.add_row(str(n), found, tried)
     out.print(table)
-    determined = {n: w for n, w in search.smallest.items() if not search.undetermined_below(n)}
-    if len(determined) < len(search.smallest):
-        out.print(f"left out of the fits: lengths {', '.join(str(n) for n in search.smallest if n not in determined)} "
-                  "(a failed width leaves their smallest width open)", highlight=False, soft_wrap=True)
-    try:
-        power, log = fit_power_law(determined, resamples=resamples), fit_log_law(determined)
-    except ValueError as problem:
-        out.print(f"no fit: {problem}", highlight=False)
+    reasons = {n: "a failed width leaves it open" if search.undetermined_below(n) else
+               f"censored at the grid's smallest width {min(grid_widths)}" if w == min(grid_widths) else
+               "no width solved" for n, w in search.smallest.items()
+               if w is None or w == min(grid_widths) or search.undetermined_below(n)}
+    determined = {n: w for n, w in search.smallest.items() if n not in reasons}
+    for n, reason in reasons.items():
+        out.print(f"left out of the fits: N={n} ({reason})", highlight=False, soft_wrap=True)
+    if len(determined) < MIN_FIT_POINTS:
+        out.print(f"no fit: a growth law needs an exact smallest width at >= {MIN_FIT_POINTS} lengths, "
+                  f"got {len(determined)}", highlight=False, soft_wrap=True)
     else:
+        power, log = fit_power_law(determined, resamples=resamples), fit_log_law(determined)
         out.print(f"width ~ c * N^alpha: alpha = {power.alpha:.3f}, {power.level:.0%} bootstrap CI "
                   f"[{power.alpha_low:.3f}, {power.alpha_high:.3f}] ({power.resamples} resamples), c = {power.c:.3g}, "
                   f"rmse = {power.rmse:.3g}", highlight=False, soft_wrap=True)

@@ -18,12 +18,11 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from sepbench.report.bounds import BoundsProvider, theory_bounds  # noqa: E402
 from sepbench.results import TRAINED  # noqa: E402
 from sepbench.sweep.search import (  # noqa: E402
-    SolvedRule, fit_power_law, min_width_table, select_lr, why_unsolved,
+    MIN_FIT_POINTS, SolvedRule, fit_power_law, min_width_table, select_lr, why_unsolved,
 )
 from sepbench.train.result import RunResult  # noqa: E402
 
 SOFTMAX, LINEAR = "transformer", "linear_transformer"
-MIN_FIT_POINTS = 3  # exact smallest widths a growth-law fit needs
 FAILED_FILL, FAILED_EDGE = "#d9d9d9", "#b22222"
 
 

@@ -203,6 +203,10 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
     return search
 
 
+MIN_FIT_POINTS = 3
+"""Exact smallest widths (not censored at the grid's edge, not left open by failures) a growth-law fit needs."""
+
+
 @dataclass(frozen=True)
 class PowerFit:
     """width ~ c * N^alpha, fitted in log-log space, with a percentile bootstrap interval on alpha."""
