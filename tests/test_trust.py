@@ -231,10 +231,16 @@ def test_the_code_version_covers_only_what_decides_a_result():
 
 
 def test_minwidth_fits_no_law_through_widths_censored_at_the_grid_edge(store_path):
-    args = ["minwidth", "--task", "index_lookup", "--model", "transformer", "--lengths", "12,14,16", "--widths", "8,16",
-            "--layers", "1", "--steps", "2", "--k", "1", "--m", "1", "--threshold", "0.001", "--device", "cpu",
-            "--set", "train.eval_samples=50"]
+    store = Store(store_path)
+    for n in (12, 14, 16):
+        cfg = RunConfig.build({"task": {"name": "index_lookup", "length": n}, "seed": 0, "device": "cpu",
+                               "model": {"name": "transformer", "layers": 1, "width": 8}, "train": {"steps": 2}})
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="solved", metrics={"accuracy": 1.0},
+                            code_version=code_version()))
+    args = ["minwidth", "--task", "index_lookup", "--model", "transformer", "--lengths", "12,14,16", "--widths", "8",
+            "--layers", "1", "--steps", "2", "--k", "1", "--m", "1", "--device", "cpu"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "trained 0 new runs" in result.stdout
     assert result.stdout.count("censored at the grid's smallest width 8") == 3
     assert "no fit" in result.stdout and "alpha" not in result.stdout
