@@ -357,10 +357,14 @@ def sweep(
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
     device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+    group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
+                                             help="runs of one cell (seeds, lrs) trained stacked in one worker "
+                                                  "[default: per device, 1 on CPU; see docs/sweeps.md]"),
 ) -> None:
     """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume."""
     from sepbench.store import Store
     from sepbench.sweep import SweepSpec, pending, run_sweep
+    from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.progress import SweepProgress
 
     with bad_input_exits():
@@ -370,8 +374,11 @@ def sweep(
         configs = spec.expand()
     db = Store(store)
     todo = pending(configs, db)
+    if group_size is None:
+        group_size = default_group_size(todo[0].device) if todo else 1
+    grouping = f", groups of up to {group_size}" if group_size > 1 else ""
     out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
-              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+              f"{len(todo)} to train ({backend.value}, {workers} workers{grouping})", highlight=False, soft_wrap=True)
     if dry_run:
         for cfg in todo:
             flat = _flatten(cfg.model_dump(mode="json"))
@@ -381,7 +388,7 @@ def sweep(
     with SweepProgress(spec.name, len(todo), err) as progress:
         try:
             outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
-                                on_result=progress.advance)
+                                on_result=progress.advance, group_size=group_size)
         except RuntimeError as problem:
             err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(BAD_INPUT) from None
