@@ -123,3 +123,22 @@ def test_sweep_groups_one_cells_runs_and_stores_each_under_its_solo_hash(tmp_pat
         assert stored is not None and stored.config == cfg
         assert_same_run(stored, train(cfg, progress=False))
     assert run_sweep(configs + [other], store, group_size=4).skipped == 5
+
+
+def test_cli_sweep_takes_a_group_size(tmp_path):
+    from typer.testing import CliRunner
+
+    from sepbench.cli import app
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: g\nbase: {task: {name: index_lookup, length: 12}, model: {width: 8, heads: 2},"
+                    " train: {steps: 6, eval_every: 3, eval_samples: 20, batch_size: 8}, device: cpu}\n"
+                    "seeds: [0, 1, 2]\nlr_grid: [1e-3, 3e-3]\n")
+    store = tmp_path / "runs.db"
+    runner = CliRunner()
+    done = runner.invoke(app, ["sweep", str(spec), "--group-size", "4", "--store", str(store)])
+    assert done.exit_code == 0, done.output
+    assert "6 to train (local, 1 workers, groups of up to 4)" in done.output and "6 trained" in done.output
+    assert len(Store(store)) == 6
+    refused = runner.invoke(app, ["sweep", str(spec), "--group-size", "0", "--store", str(store)])
+    assert refused.exit_code == 2

@@ -162,9 +162,11 @@ def _pad(batches: list[Batch]) -> Batch:
 
 
 def stacked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Each member's ``masked_loss`` [K]: cross-entropy averaged over its scored positions."""
-    ce = F.cross_entropy(logits.flatten(0, 2), batch.targets.flatten(), reduction="none").view(batch.targets.shape)
-    return torch.where(batch.mask, ce, 0.0).sum((1, 2)) / batch.mask.sum((1, 2))
+    """Each member's ``masked_loss`` [K]: cross-entropy averaged over its scored positions (only those computed)."""
+    ce = F.cross_entropy(logits[batch.mask], batch.targets[batch.mask], reduction="none")
+    member = batch.mask.nonzero()[:, 0]
+    sums = torch.zeros(len(batch.mask), dtype=ce.dtype, device=ce.device).index_add_(0, member, ce)
+    return sums / batch.mask.sum((1, 2))
 
 
 class _Member:
