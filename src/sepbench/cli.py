@@ -554,6 +554,9 @@ def sweep(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
     retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
     force: bool = typer.Option(False, "--force", help="train every run again, stored or not"),
+    group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
+                                             help="runs of one cell (seeds, lrs) trained stacked in one worker "
+                                                  "[default: per device, 1 on CPU; see docs/sweeps.md]"),
 ) -> None:
     """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
 
@@ -561,6 +564,7 @@ def sweep(
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
+    from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.progress import SweepProgress
 
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
@@ -573,8 +577,12 @@ def sweep(
         if not dry_run:
             db.check_writable()
         todo = plan(configs, db, reuse)
+    if group_size is None:
+        group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
+    grouping = f", groups of up to {group_size}" if group_size > 1 else ""
     out.print(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
-              f"{len(todo.todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+              f"{len(todo.todo)} to train ({backend.value}, {workers} workers{grouping})", highlight=False,
+              soft_wrap=True)
     _say_reused(todo)
     if dry_run:
         for cfg in todo.todo:
@@ -585,7 +593,7 @@ def sweep(
     with SweepProgress(spec.name, len(todo.todo), err) as progress:
         try:
             outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
-                                on_result=progress.advance, reuse=reuse)
+                                on_result=progress.advance, reuse=reuse, group_size=group_size)
         except RuntimeError as problem:
             err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(BAD_INPUT) from None

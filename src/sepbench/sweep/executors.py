@@ -206,9 +206,14 @@ class SweepOutcome:
 
 
 def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend: Backend = "local",
-              address: str | None = None, on_result: OnResult | None = None, reuse: Reuse = Reuse()) -> SweepOutcome:
+              address: str | None = None, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
+              group_size: int = 1) -> SweepOutcome:
     """Run every config the store lacks (and those ``reuse`` retrains); results are stored as they finish, so a
-    killed sweep resumes."""
+    killed sweep resumes.
+
+    With ``group_size`` > 1, runs of one cell (differing only in seed and lr) train stacked, up to that many
+    in one worker (``sepbench.train.group``).
+    """
     todo = pending(configs, store, reuse)
     outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo))
     start = time.perf_counter()
@@ -218,7 +223,17 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
         if on_result is not None:
             on_result(result)
 
-    if backend == "ray":
+    if group_size > 1 and backend in ("local", "ray"):
+        from sepbench.sweep import grouped
+
+        groups = grouped.make_groups(todo, group_size)
+        if backend == "ray":
+            grouped.run_groups_ray(groups, store, workers, collect, address)
+        elif workers == 1:
+            grouped.run_groups_inline(groups, store, collect)
+        else:
+            grouped.run_groups_local(groups, store, workers, collect)
+    elif backend == "ray":
         run_ray(todo, store, workers, collect, address)
     elif backend == "local" and workers == 1:
         run_inline(todo, store, collect)

@@ -1,0 +1,141 @@
+"""Sweeps with stacked runs: pending configs of one cell (same but for seed and lr) train together in one worker."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Callable
+
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.train.environment import resolve_device
+from sepbench.train.result import RunResult
+
+OnResult = Callable[[RunResult], None]
+
+DEFAULT_GROUP_SIZE = {"cpu": 1, "cuda": 16}
+"""Members per group when the sweep does not say (benchmarks/_throughput_group.py; see docs/sweeps.md):
+on CPU stacking measured no faster than one run after another; the CUDA figure is provisional (unmeasured)."""
+
+
+def default_group_size(device: str) -> int:
+    """The group size a sweep uses on ``device`` (auto resolves to CUDA when present)."""
+    try:
+        kind = resolve_device(device).type
+    except ValueError:
+        kind = "cpu"
+    return DEFAULT_GROUP_SIZE.get(kind, 1)
+
+
+def make_groups(configs: list[RunConfig], size: int) -> list[list[RunConfig]]:
+    """Configs of one cell in groups of at most ``size``, in the order the cells first appear."""
+    from sepbench.train.group import group_key
+
+    cells: dict[str, list[RunConfig]] = {}
+    for cfg in configs:
+        cells.setdefault(group_key(cfg) + cfg.device, []).append(cfg)
+    return [members[i : i + size] for members in cells.values() for i in range(0, len(members), size)]
+
+
+def execute_group(configs: list[RunConfig], on_result: OnResult) -> None:
+    """Train one group; each member's result goes to ``on_result`` when final, a crash fails the members left."""
+    from sepbench.sweep.executors import failed_result
+    from sepbench.train.group import train_group
+
+    done: set[str] = set()
+
+    def record(result: RunResult) -> None:
+        done.add(result.config_hash)
+        on_result(result)
+
+    try:
+        train_group(configs, on_result=record)
+    except Exception as error:  # noqa: BLE001 - a crash of the group is the result of its unfinished members
+        for cfg in configs:
+            if cfg.config_hash() not in done:
+                record(failed_result(cfg, error))
+
+
+def _group_and_store(configs_json: list[str], store_path: str) -> list[str]:
+    """Pool worker: train a group, storing each member from this process the moment it is final."""
+    store = Store(store_path)
+    results: list[str] = []
+
+    def keep(result: RunResult) -> None:
+        store.put(result)
+        results.append(result.model_dump_json())
+
+    execute_group([RunConfig.model_validate_json(c) for c in configs_json], keep)
+    return results
+
+
+def _group_remote(configs_json: list[str]) -> list[str]:
+    import torch
+
+    torch.set_num_threads(1)
+    results: list[str] = []
+    execute_group([RunConfig.model_validate_json(c) for c in configs_json], lambda r: results.append(r.model_dump_json()))
+    return results
+
+
+def run_groups_inline(groups: list[list[RunConfig]], store: Store, on_result: OnResult) -> None:
+    for group in groups:
+        execute_group(group, lambda result: (store.put(result), on_result(result)))
+
+
+def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult) -> None:
+    """One group per single-threaded worker process; results are reported when a group ends."""
+    from sepbench.sweep.executors import _pool_worker_init, failed_result
+
+    if not groups:
+        return
+    path = str(store.path.resolve())
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_pool_worker_init,
+                             initargs=(os.getpid(),)) as pool:
+        futures = {pool.submit(_group_and_store, [c.model_dump_json() for c in g], path): g for g in groups}
+        remaining = set(futures)
+        while remaining:
+            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for future in finished:
+                try:
+                    results = [RunResult.model_validate_json(r) for r in future.result()]
+                except Exception as error:  # noqa: BLE001 - a worker that died takes only its group with it
+                    results = [failed_result(c, error) for c in futures[future] if not store.has(c.config_hash())]
+                    for result in results:
+                        store.put(result)
+                for result in results:
+                    on_result(result)
+
+
+def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult,
+                   address: str | None = None) -> None:
+    """Each group a Ray task of one CPU; the driver stores the results."""
+    from sepbench.sweep.executors import failed_result
+
+    if not groups:
+        return
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--backend ray needs the 'ray' package: pip install -r requirements-dev.txt") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(include_dashboard=False, log_to_driver=False, **({"address": address} if address else {"num_cpus": workers}))
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(_group_remote)
+        refs = {remote.remote([c.model_dump_json() for c in g]): g for g in groups}
+        remaining = list(refs)
+        while remaining:
+            finished, remaining = ray.wait(remaining, num_returns=1)
+            for ref in finished:
+                try:
+                    results = [RunResult.model_validate_json(r) for r in ray.get(ref)]
+                except Exception as error:  # noqa: BLE001 - a lost worker fails only its group
+                    results = [failed_result(c, error) for c in refs[ref]]
+                for result in results:
+                    store.put(result)
+                    on_result(result)
+    finally:
+        if started_here:
+            ray.shutdown()
