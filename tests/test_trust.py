@@ -244,3 +244,13 @@ def test_minwidth_fits_no_law_through_widths_censored_at_the_grid_edge(store_pat
     assert "trained 0 new runs" in result.stdout
     assert result.stdout.count("censored at the grid's smallest width 8") == 3
     assert "no fit" in result.stdout and "alpha" not in result.stdout
+
+
+def test_a_group_too_large_for_memory_is_stored_failed_per_member(store_path):
+    from sepbench.sweep import run_sweep
+
+    configs = [RunConfig.build({"task": {"length": 12}, "model": {"width": 65536}, "seed": seed, "device": "cpu"})
+               for seed in (0, 1)]
+    outcome = run_sweep(configs, Store(store_path), group_size=2)
+    assert [r.status for r in outcome.results] == ["failed", "failed"]
+    assert all("needs about" in r.error for r in Store(store_path).results())

@@ -41,6 +41,7 @@ def execute_group(configs: list[RunConfig], on_result: OnResult) -> None:
     """Train one group; each member's result goes to ``on_result`` when final, a crash fails the members left."""
     from sepbench.sweep.executors import failed_result
     from sepbench.train.group import train_group
+    from sepbench.train.memory import MemoryRefused, is_out_of_memory
 
     done: set[str] = set()
 
@@ -49,11 +50,30 @@ def execute_group(configs: list[RunConfig], on_result: OnResult) -> None:
         on_result(result)
 
     try:
+        check_group_memory(configs)
         train_group(configs, on_result=record)
+    except MemoryRefused as error:
+        for cfg in configs:
+            record(failed_result(cfg, error, "out of memory (estimated before training)"))
     except Exception as error:  # noqa: BLE001 - a crash of the group is the result of its unfinished members
+        kind = "out of memory" if is_out_of_memory(error) else None
         for cfg in configs:
             if cfg.config_hash() not in done:
-                record(failed_result(cfg, error))
+                record(failed_result(cfg, error, kind))
+
+
+def check_group_memory(configs: list[RunConfig]) -> None:
+    """Raise MemoryRefused when the members together (each holding its own model, optimiser and data) cannot fit."""
+    from sepbench.train.memory import MemoryRefused, estimate_memory, free_memory, gib
+
+    device = resolve_device(configs[0].device)
+    free = free_memory(device)
+    if free is None:
+        return
+    need = len(configs) * estimate_memory(configs[0], free // len(configs)).total
+    if need > free:
+        raise MemoryRefused(f"a group of {len(configs)} runs needs about {gib(need)} but {device.type} has "
+                            f"{gib(free)} free; lower --group-size or the run's size")
 
 
 def _group_and_store(configs_json: list[str], store_path: str) -> list[str]:
