@@ -913,7 +913,10 @@ def _budget_text(scale: str, overrides: dict) -> str:
 
 
 def _print_catalogue(claims, scale: str) -> None:
-    table = Table("claim", "paper", "where", "claim text", "kind", f"{scale} runs", "verdict rule", title="claims")
+    table = Table(title="claims")
+    table.add_column("claim", no_wrap=True)
+    for column in ("paper", "where", "claim text", "kind", f"{scale} runs", "verdict rule"):
+        table.add_column(column)
     for claim in claims:
         runs = str(len(claim.configs(scale))) if claim.kind == "sweep" else f"check {claim.check}"
         rule = "; ".join(c.text for c in claim.conditions) + f" (>= {claim.min_seeds} seeds)"
@@ -923,7 +926,10 @@ def _print_catalogue(claims, scale: str) -> None:
 
 
 def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
-    table = Table("claim", "runs", "stored", "to train", "estimate", title=f"reproduce --dry-run ({scale} scale)")
+    table = Table(title=f"reproduce --dry-run ({scale} scale)")
+    table.add_column("claim", no_wrap=True)
+    for column in ("runs", "stored", "to train", "estimate"):
+        table.add_column(column)
     every = []
     for p in plans:
         if p.claim.kind == "theory":
@@ -942,8 +948,13 @@ def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
 
 
 def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
-    table = Table("claim", "where", "evidence", "verdict", "wall", title=f"reproduction, {scale} scale"
+    table = Table(title=f"reproduction, {scale} scale"
                   + (" (overridden: " + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""))
+    table.add_column("claim", no_wrap=True)
+    table.add_column("where")
+    table.add_column("evidence")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("wall", no_wrap=True)
     for v in verdicts:
         lines = []
         for o in v.outcomes:

@@ -13,8 +13,10 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
 
-FLOP_RATE = 2.0e9
-"""Training FLOP/s of one single-threaded CPU worker, the cost model's rate (measured: docs/reproduction.md)."""
+FLOP_RATES = {"transformer": 11e9, "lstm": 18e9, "mamba": 3.4e9}
+"""Training FLOP/s of one single-threaded CPU worker per model, measured on the 2-core machine of
+docs/reproduction.md (60 steps of batch 64 at N = 100, width 64); other models use ``FLOP_RATE``."""
+FLOP_RATE = 5e9
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Estimate:
         if self.from_stored:
             how.append(f"{self.from_stored} from stored runs of the same model and task size (seconds per step)")
         if self.from_flops:
-            how.append(f"{self.from_flops} from forward FLOPs at {FLOP_RATE / 1e9:g} GFLOP/s per worker")
+            how.append(f"{self.from_flops} from forward FLOPs at a measured rate per model (3-18 GFLOP/s per worker)")
         return (f"about {_duration(self.seconds / max(workers, 1))} on {workers} worker(s) at most "
                 f"({'; '.join(how) or 'nothing to train'}; runs that stop early take less)")
 
@@ -73,7 +75,7 @@ def estimate(configs: Sequence[RunConfig], store: Store) -> Estimate:
         forward = estimate_forward_flops(cfg)
         train = 3 * forward * cfg.train.batch_size * cfg.train.steps
         evals = (cfg.train.steps // cfg.train.eval_every + 1) * cfg.train.eval_samples * forward
-        total += (train + evals) / FLOP_RATE
+        total += (train + evals) / FLOP_RATES.get(cfg.model.name, FLOP_RATE)
         modelled += 1
     return Estimate(total, stored, modelled)
 
