@@ -57,6 +57,7 @@ def draw(verdict: ClaimVerdict):
             ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=label, color=f"C{i}")
         ax.set_title(f"{outcome.verdict}\n{_wrap(outcome.text)}", fontsize=7)
         ax.set_xlabel("N")
+        ax.set_ylabel("mean over seeds (bars: seed range)", fontsize=7)
         ax.grid(alpha=0.3)
         if labels:
             ax.legend(fontsize=6)
