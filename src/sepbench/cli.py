@@ -855,6 +855,128 @@ def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
     out.print(f"wrote {path}")
 
 
+class ClaimScale(str, Enum):
+    quick = "quick"
+    paper = "paper"
+
+
+@app.command("reproduce")
+def reproduce(
+    paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
+    claim_id: Optional[str] = typer.Option(None, "--claim", help="only this claim (see --list)"),
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (about an hour per claim on 2 CPU "
+                                     "cores) or paper (the paper's protocol)"),
+    store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
+    out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time"),
+    assignments: list[str] = typer.Option([], "--set", help="override a field of every run: section.key=value "
+                                          "(changes the runs, e.g. train.steps=20 for a smoke test)"),
+    list_only: bool = typer.Option(False, "--list", help="print the catalogue and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the runs still to train and an estimate of the time"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
+) -> None:
+    """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
+
+    Rerun the same command to resume; stored runs are reused. Verdicts (reproduced, not reproduced, inconclusive)
+    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md).
+    """
+    from sepbench.claims import select
+    from sepbench.claims.reproduce import estimate, judge, plan_claim
+    from sepbench.store import Store
+    from sepbench.sweep import Reuse
+    from sepbench.sweep.progress import SweepProgress
+
+    with bad_input_exits():
+        claims = select(paper, claim_id)
+        overrides = parse_assignments(assignments)
+        db = Store(store)
+        plans = [plan_claim(c, scale.value, db, overrides, Reuse(retry_failed=retry_failed))
+                 for c in claims] if not list_only else []
+        if not list_only and not dry_run:
+            db.check_writable()
+    if list_only:
+        _print_catalogue(claims, scale.value)
+        return
+    if dry_run:
+        _print_plan(plans, db, workers, scale.value, estimate)
+        return
+    verdicts = []
+    todo = sum(len(p.todo) for p in plans)
+    out.print(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}",
+              highlight=False, soft_wrap=True)
+    with SweepProgress("reproduce", todo, err) as progress:
+        for claim in claims:
+            verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
+                                  reuse=Reuse(retry_failed=retry_failed)))
+    _print_verdicts(verdicts, scale.value, overrides)
+    from sepbench.claims.report import write
+
+    page = write(verdicts, out_dir, _budget_text(scale.value, overrides))
+    out.print(f"wrote {page} with {len(verdicts)} figures", highlight=False, soft_wrap=True)
+
+
+def _budget_text(scale: str, overrides: dict) -> str:
+    extra = f"; every run overridden with {', '.join(f'{k}={v}' for k, v in overrides.items())}" if overrides else ""
+    return f"Scale: {scale} (budgets in each claim's specs: docs/reproduction.md){extra}."
+
+
+def _print_catalogue(claims, scale: str) -> None:
+    table = Table(title="claims")
+    table.add_column("claim", no_wrap=True)
+    for column in ("paper", "where", "claim text", "kind", f"{scale} runs", "verdict rule"):
+        table.add_column(column)
+    for claim in claims:
+        runs = str(len(claim.configs(scale))) if claim.kind == "sweep" else f"check {claim.check}"
+        rule = "; ".join(c.text for c in claim.conditions) + f" (>= {claim.min_seeds} seeds)"
+        table.add_row(claim.id, claim.paper, claim.where, claim.text + (" [beyond the paper]" if claim.beyond_paper
+                                                                           else ""), claim.kind, runs, rule)
+    out.print(table)
+
+
+def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
+    table = Table(title=f"reproduce --dry-run ({scale} scale)")
+    table.add_column("claim", no_wrap=True)
+    for column in ("runs", "stored", "to train", "estimate"):
+        table.add_column(column)
+    every = []
+    for p in plans:
+        if p.claim.kind == "theory":
+            table.add_row(p.claim.id, "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
+            continue
+        every += p.todo
+        table.add_row(p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
+                      estimate(p.todo, db).text(1))
+    out.print(table)
+    unique = list({cfg.config_hash(): cfg for cfg in every}.values())
+    for cfg in unique:
+        out.print(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
+                  f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}",
+                  highlight=False, soft_wrap=True)
+    out.print(f"{len(unique)} runs to train: {estimate(unique, db).text(workers)}", highlight=False, soft_wrap=True)
+
+
+def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
+    table = Table(title=f"reproduction, {scale} scale"
+                  + (" (overridden: " + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""))
+    table.add_column("claim", no_wrap=True)
+    table.add_column("where")
+    table.add_column("evidence")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("wall", no_wrap=True)
+    for v in verdicts:
+        lines = []
+        for o in v.outcomes:
+            lines.append(f"{o.text}: {o.verdict}")
+            lines += [f"  {e}" for e in o.evidence]
+            lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
+        table.add_row(v.claim.id, f"{v.claim.paper}, {v.claim.where}", "\n".join(lines), v.verdict,
+                      f"{v.wall_seconds:.0f} s")
+    out.print(table)
+    counts = {name: sum(v.verdict == name for v in verdicts) for name in ("reproduced", "not reproduced",
+                                                                           "inconclusive")}
+    out.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     app()
 

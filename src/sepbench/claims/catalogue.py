@@ -1,0 +1,215 @@
+"""The claims catalogue: each claim of the three papers, its sweep specs per scale and its verdict rule.
+
+The catalogue lives in packaged YAML (``configs/claims/<paper>.yaml``); a claim's quick specs are packaged
+sweep specs of their own (``configs/claims/quick/``), its paper specs name the paper-scale specs of
+``configs/<paper>/`` (with the seeds and learning rates the rule needs). A verdict is computed from data by the
+claim's ``conditions`` (``sepbench.claims.evaluate``), never set by hand.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, ValidationError, model_validator
+
+from sepbench import configs
+from sepbench.config import ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error, load_yaml
+from sepbench.sweep.spec import SweepSpec
+
+SCALES = ("quick", "paper")
+Scale = Literal["quick", "paper"]
+PAPERS = ("bhattamishra2024", "yang2024", "deng2023")
+Selector = dict[str, Any]
+Group = Union[str, Selector, list[Selector]]
+"""A theory series label, or runs whose dotted config keys match (a list value: any of), or a union of those."""
+
+
+def scaled(value: Any, scale: str) -> Any:
+    """``{quick: x, paper: y}`` resolved at ``scale``; anything else is the same at both scales."""
+    if isinstance(value, dict) and value and set(value) <= set(SCALES):
+        return value.get(scale)
+    return value
+
+
+class SpecRef(StrictModel):
+    """One sweep spec of a claim: a packaged spec file, with the seeds, learning rates or base fields the claim
+    needs set on top (so a paper-scale spec of one seed is run with the claim's seeds)."""
+
+    spec: str = Field(description="path of a packaged sweep spec, relative to sepbench/configs")
+    seeds: list[int] | None = Field(None, min_length=1)
+    lr_grid: list[float] | None = Field(None, min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict, description="dotted keys set in the spec's base")
+
+    def load(self, overrides: dict[str, Any] | None = None) -> SweepSpec:
+        path = configs.path(*self.spec.split("/"))
+        if not path.is_file():
+            raise ConfigError(f"claim spec {self.spec} is not a packaged sweep spec")
+        spec = SweepSpec.from_yaml(path)
+        update: dict[str, Any] = {"base": apply_overrides(spec.base, {**self.set, **(overrides or {})})}
+        if self.seeds is not None:
+            update["seeds"] = self.seeds
+        if self.lr_grid is not None:
+            update["lr_grid"] = self.lr_grid
+        return spec.model_copy(update=update)
+
+
+class ConditionBase(StrictModel):
+    text: str = Field(description="what must hold, in words")
+    lengths: Any = Field(None, description="task sizes N where it must hold (a list, or {quick: [...], paper: [...]})")
+
+    def lengths_at(self, scale: str) -> list[int] | None:
+        value = scaled(self.lengths, scale)
+        return None if value is None else [int(v) for v in value]
+
+
+class Compare(ConditionBase):
+    """``a`` beats ``b`` by ``margin`` (direction above) or does not (below), at every length, on the seeds of the
+    best learning rate of each member (per ``per``), the group's best or worst member picked."""
+
+    kind: Literal["compare"]
+    a: Group
+    b: Group
+    a_pick: Literal["best", "worst"] = "best"
+    b_pick: Literal["best", "worst"] = "best"
+    per: list[str] = Field(default_factory=lambda: ["model.name"])
+    margin: float = Field(gt=0, le=1)
+    direction: Literal["above", "below"] = "above"
+
+
+class Level(ConditionBase):
+    """``group`` is at least (or below) ``threshold`` at every length, every seed of the picked member."""
+
+    kind: Literal["level"]
+    group: Group
+    pick: Literal["best", "worst"] = "worst"
+    per: list[str] = Field(default_factory=lambda: ["model.name"])
+    threshold: float
+    direction: Literal["at_least", "below"] = "at_least"
+
+
+class SolvedRuleFields(StrictModel):
+    threshold: float = Field(0.99, gt=0, le=1)
+    k: int = Field(2, ge=1)
+    m: int = Field(3, ge=1)
+
+
+class MinWidthGrowth(ConditionBase):
+    """For each member, the smallest solving width at the member's largest length exceeds (``grows``) or does not
+    exceed (not ``grows``) the one at its smallest length."""
+
+    kind: Literal["min_width_growth"]
+    group: Group
+    per: list[str] = Field(default_factory=lambda: ["model.name", "task.name"])
+    grows: bool
+    solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
+
+
+class MinWidthOrder(ConditionBase):
+    """At each length, ``a``'s smallest solving width is below ``b``'s."""
+
+    kind: Literal["min_width_order"]
+    a: Group
+    b: Group
+    solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
+
+
+class FlopsOrder(ConditionBase):
+    """At each (task, length), the fewest forward FLOPs (Table 2 convention) among solving widths rise strictly
+    along ``order`` (model names)."""
+
+    kind: Literal["flops_order"]
+    group: Group = Field(default_factory=dict)
+    order: list[str] = Field(min_length=2)
+    solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
+
+
+Condition = Annotated[Union[Compare, Level, MinWidthGrowth, MinWidthOrder, FlopsOrder], Field(discriminator="kind")]
+
+
+class ScaleSpecs(StrictModel):
+    specs: list[SpecRef] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict, description="theory claims: the check's parameters")
+
+
+class Claim(StrictModel):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    paper: Literal["bhattamishra2024", "yang2024", "deng2023"]
+    where: str = Field(min_length=1, description="section, figure, table or line of the paper")
+    text: str = Field(min_length=1)
+    beyond_paper: bool = Field(False, description="a question sepbench adds, not a claim the paper makes")
+    check: str | None = Field(None, description="theory claims: the function that measures the evidence")
+    min_seeds: int = Field(3, ge=1)
+    quick: ScaleSpecs
+    paper_scale: ScaleSpecs = Field(alias="paper_scale")
+    conditions: list[Condition] = Field(min_length=1)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _source(self) -> "Claim":
+        for scale in SCALES:
+            plan = self.at(scale)
+            if self.check is None and not plan.specs:
+                raise ValueError(f"claim {self.id}: a sweep claim needs specs at the {scale} scale")
+            if self.check is not None and plan.specs:
+                raise ValueError(f"claim {self.id}: a theory claim (check {self.check}) takes params, not specs")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "theory" if self.check else "sweep"
+
+    def at(self, scale: str) -> ScaleSpecs:
+        if scale not in SCALES:
+            raise ConfigError(f"unknown scale '{scale}'; allowed: {', '.join(SCALES)}")
+        return self.quick if scale == "quick" else self.paper_scale
+
+    def sweep_specs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[SweepSpec]:
+        return [ref.load(overrides) for ref in self.at(scale).specs]
+
+    def configs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
+        """Every run of the claim at ``scale`` (duplicates across its specs once), in a stable order."""
+        found: dict[str, RunConfig] = {}
+        for spec in self.sweep_specs(scale, overrides):
+            for cfg in spec.expand():
+                found.setdefault(cfg.config_hash(), cfg)
+        return list(found.values())
+
+
+def _load_paper(paper: str) -> list[Claim]:
+    path = configs.path("claims", f"{paper}.yaml")
+    data = load_yaml(path)
+    claims = []
+    for i, entry in enumerate(data.get("claims", [])):
+        try:
+            claims.append(Claim.model_validate({**entry, "paper": paper}))
+        except ValidationError as err:
+            raise ConfigError(f"claims catalogue {path}, claim {entry.get('id', i)}: "
+                              f"{describe_validation_error(err)}") from None
+    return claims
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> tuple[Claim, ...]:
+    """Every claim of the three papers, in catalogue order."""
+    claims = [claim for paper in PAPERS for claim in _load_paper(paper)]
+    ids = [c.id for c in claims]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ConfigError(f"claims catalogue: ids used twice: {', '.join(repeated)}")
+    return tuple(claims)
+
+
+def select(paper: str | None = None, claim_id: str | None = None) -> list[Claim]:
+    """The claims of ``paper`` (all papers if None), or the one ``claim_id``; a bad name is a one-line ConfigError."""
+    claims = list(catalogue())
+    if paper is not None and paper not in PAPERS:
+        raise ConfigError(f"unknown paper '{paper}'; allowed: {', '.join(PAPERS)}")
+    if paper is not None:
+        claims = [c for c in claims if c.paper == paper]
+    if claim_id is not None:
+        chosen = [c for c in claims if c.id == claim_id]
+        if not chosen:
+            where = f" of {paper}" if paper else ""
+            raise ConfigError(f"unknown claim '{claim_id}'{where}; allowed: {', '.join(c.id for c in claims)}")
+        return chosen
+    return claims

@@ -1,0 +1,127 @@
+"""Theory claims measure their own evidence: constructions, bounds, random networks, learned classifiers.
+
+Each check takes the claim's parameters at one scale and returns series (label -> x -> one value per seed);
+``cached`` keeps them beside the store so a second ``sepbench reproduce`` reuses them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sepbench.claims.evaluate import Series
+
+Check = Callable[[dict[str, Any]], Series]
+
+
+def construction(params: dict[str, Any]) -> Series:
+    """Accuracy of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length and seed of its codes."""
+    from sepbench.theory.constructions import construct
+
+    name = params["name"]
+    accuracy: dict[float, list[float]] = {}
+    widths: dict[float, list[float]] = {}
+    for n in params["lengths"]:
+        for seed in params.get("seeds", [0, 1, 2]):
+            built = construct(name, n, None, seed)
+            accuracy.setdefault(n, []).append(built.accuracy(params.get("samples", 1000), seed))
+            widths.setdefault(n, []).append(float(built.code_width))
+    return {"accuracy": accuracy, "code width": widths}
+
+
+def bound_bites(params: dict[str, Any]) -> Series:
+    """The first length at which a lower bound rules out a model of ``size`` at ``precision`` bits."""
+    from sepbench.theory import bounds
+
+    bound = getattr(bounds, params["bound"])
+    first = bounds.first_length_that_bites(bound, params["size"], params["precision"])
+    return {"first length": {0: [float(first)]}}
+
+
+def random_networks(params: dict[str, Any]) -> Series:
+    """Deng et al.'s success event E over random networks (reconstructed data): per value of the swept parameter
+    and per seed, the fraction of ``trials`` draws with E, and the fraction where linear attention stays 0 on D1."""
+    from sepbench.theory.softmax_vs_linear.experiment import Setting, run_point
+
+    event: dict[float, list[float]] = {}
+    silent: dict[float, list[float]] = {}
+    for value in params["values"]:
+        setting = Setting.from_flat(params["model"], {**params.get("fixed", {}), params["parameter"]: value})
+        for seed in params.get("seeds", [0, 1, 2]):
+            point = run_point(setting, params.get("trials", 100), seed)
+            event.setdefault(value, []).append(point.successes / point.trials)
+            silent.setdefault(value, []).append(point.lin_d1_zero / point.trials)
+    return {"E": event, "linear silent on D1": silent}
+
+
+def learned(params: dict[str, Any]) -> Series:
+    """Test accuracy of learned softmax and linear one-layer classifiers on R2 data, per n and seed."""
+    from sepbench.theory.softmax_vs_linear.learned import LearnedConfig, train_one
+
+    fields = {k: v for k, v in params.items() if k not in ("seeds",)}
+    series: Series = {"softmax": {}, "linear": {}}
+    for seed in params.get("seeds", [0, 1, 2]):
+        config = LearnedConfig(**{**fields, "seed": seed})
+        for n in config.lengths:
+            for kind, label in (("exp", "softmax"), ("lin", "linear")):
+                row = train_one(config, n, kind, _cpu())
+                series[label].setdefault(n, []).append(float(row["test_accuracy"]))
+    return series
+
+
+def _cpu():
+    import torch
+
+    return torch.device("cpu")
+
+
+CHECKS: dict[str, Check] = {"construction": construction, "bound_bites": bound_bites,
+                            "random_networks": random_networks, "learned": learned}
+
+
+def cache_path(store_path: Path) -> Path:
+    """The theory cache beside a store: ``runs/x.db`` -> ``runs/x.claims.json``."""
+    return store_path.with_name(store_path.stem + ".claims.json")
+
+
+def _key(check: str, params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps([check, params], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False) -> tuple[Series, float, bool]:
+    """The check's series, from the cache beside the store when there; returns (series, seconds, reused)."""
+    if check not in CHECKS:
+        raise ValueError(f"unknown check '{check}'; allowed: {', '.join(CHECKS)}")
+    path = cache_path(store_path)
+    entries = json.loads(path.read_text()) if path.is_file() else {}
+    key = _key(check, params)
+    if key in entries and not refresh:
+        entry = entries[key]
+        return _decode(entry["series"]), float(entry["seconds"]), True
+    start = time.perf_counter()
+    series = CHECKS[check](params)
+    seconds = time.perf_counter() - start
+    entries = json.loads(path.read_text()) if path.is_file() else {}
+    entries[key] = {"check": check, "params": params, "series": _encode(series), "seconds": seconds}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
+    partial.replace(path)
+    return series, seconds, False
+
+
+def _encode(series: Series) -> dict[str, dict[str, list[float]]]:
+    return {label: {repr(float(x)): values for x, values in by_x.items()} for label, by_x in series.items()}
+
+
+def _decode(data: dict[str, dict[str, list[float]]]) -> Series:
+    return {label: {_number(x): values for x, values in by_x.items()} for label, by_x in data.items()}
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    return int(value) if math.isfinite(value) and value.is_integer() else value

@@ -1,0 +1,488 @@
+"""Verdicts from data: a claim's conditions applied to stored runs (or to a theory check's series).
+
+Rules, the same for every claim:
+
+* A group's value at a length is the seeds of its best configuration: per member (``per`` keys, e.g. the model),
+  each cell's learning rate with the highest mean accuracy over its trained seeds, then the member's best cell;
+  the group's best or worst member is picked as the condition says.
+* ``compare`` (a beats b by ``margin``): reproduced when even the worst seed pairing clears the margin
+  (min a - max b >= margin), not reproduced when even the best does not (max a - min b < margin), inconclusive
+  when the seeds straddle it. ``below`` swaps the two.
+* ``level`` (at least ``threshold``): reproduced when every seed is at or above it, not reproduced when none is.
+* Smallest solving widths (solved = accuracy >= threshold in k of m seeds at the best learning rate) are sets of
+  grid widths the data leave possible (between the largest width decided unsolved and the smallest solved,
+  unbounded when none solved): an order holds when every possible value of one side is below every possible
+  value of the other, fails when the reverse holds, and is inconclusive otherwise.
+* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, or failed runs make a
+  condition inconclusive, never not reproduced. A claim is reproduced when every condition is, not reproduced
+  when any condition is, and inconclusive otherwise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from sepbench.claims.catalogue import (Claim, Compare, FlopsOrder, Group, Level, MinWidthGrowth, MinWidthOrder,
+                                       SolvedRuleFields)
+from sepbench.config import RunConfig
+from sepbench.results import TRAINED
+from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
+from sepbench.train.result import RunResult
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+INF = math.inf
+
+
+@dataclass
+class Point:
+    """One group at one x (a length, usually): the seeds behind it and where they came from."""
+
+    label: str
+    x: float
+    values: list[float]
+    member: str = ""
+    detail: str = ""
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else math.nan
+
+    def text(self) -> str:
+        if not self.values:
+            return f"{self.label}: no data"
+        spread = f" [{min(self.values):.3f}, {max(self.values):.3f}]" if len(self.values) > 1 else ""
+        who = f" {self.member}" if self.member and self.member != self.label else ""
+        return f"{self.label}{who} {self.mean:.3f}{spread} ({len(self.values)} seeds{self.detail})"
+
+
+@dataclass
+class Outcome:
+    """The verdict of one condition, the numbers behind it and why."""
+
+    text: str
+    verdict: str
+    evidence: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+
+
+@dataclass
+class ClaimVerdict:
+    claim: Claim
+    scale: str
+    verdict: str
+    outcomes: list[Outcome]
+    wall_seconds: float = 0.0
+    runs: int = 0
+
+
+def combine(verdicts: Sequence[str]) -> str:
+    """All reproduced -> reproduced; any not reproduced -> not reproduced; otherwise inconclusive."""
+    if verdicts and all(v == REPRODUCED for v in verdicts):
+        return REPRODUCED
+    if any(v == NOT_REPRODUCED for v in verdicts):
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def compare_verdict(a: Sequence[float], b: Sequence[float], margin: float, direction: str = "above") -> str:
+    """a - b >= margin on every seed pairing (reproduced), on none (not reproduced), or on some (inconclusive)."""
+    low, high = min(a) - max(b), max(a) - min(b)
+    if direction == "above":
+        return REPRODUCED if low >= margin else NOT_REPRODUCED if high < margin else INCONCLUSIVE
+    return REPRODUCED if high < margin else NOT_REPRODUCED if low >= margin else INCONCLUSIVE
+
+
+def level_verdict(values: Sequence[float], threshold: float, direction: str = "at_least") -> str:
+    """Every seed at/above ``threshold`` (reproduced), none (not reproduced), some (inconclusive); ``below`` flips."""
+    above = [v >= threshold for v in values]
+    if direction == "below":
+        above = [not a for a in above]
+    return REPRODUCED if all(above) else NOT_REPRODUCED if not any(above) else INCONCLUSIVE
+
+
+def order_verdict(lower: Sequence[float], higher: Sequence[float]) -> str:
+    """Whether every value ``lower`` may take is below every value ``higher`` may take (sets of possible values)."""
+    if max(lower) < min(higher):
+        return REPRODUCED
+    if max(higher) <= min(lower):
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def _flip(verdict: str) -> str:
+    return {REPRODUCED: NOT_REPRODUCED, NOT_REPRODUCED: REPRODUCED}.get(verdict, verdict)
+
+
+# ---- runs -> groups -------------------------------------------------------------------------------------------
+
+def _flat(config: RunConfig) -> dict[str, Any]:
+    from sepbench.results import flatten
+
+    return flatten(config.model_dump(mode="json"))
+
+
+def _matches(flat: dict[str, Any], selector: dict[str, Any]) -> bool:
+    for key, wanted in selector.items():
+        value = flat.get(key)
+        if isinstance(wanted, list) and value not in wanted:
+            return False
+        if not isinstance(wanted, list) and value != wanted:
+            return False
+    return True
+
+
+def in_group(config: RunConfig, group: Group) -> bool:
+    selectors = group if isinstance(group, list) else [group]
+    flat = _flat(config)
+    return any(_matches(flat, s) for s in selectors)
+
+
+def member_name(config: RunConfig, per: Sequence[str]) -> str:
+    flat = _flat(config)
+    return "/".join(str(flat.get(key)) for key in per)
+
+
+def model_label(config: RunConfig) -> str:
+    """``lstm-(1, 64)``: the model, its layers and width."""
+    return f"{config.model.name}-({config.model.layers}, {config.model.width})"
+
+
+@dataclass
+class Slot:
+    """The runs of one group at one length: those expected, and those the store holds."""
+
+    expected: list[RunConfig]
+    results: list[RunResult]
+
+    @property
+    def missing(self) -> int:
+        return len(self.expected) - len(self.results)
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+
+def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str) -> Point:
+    """The group's value at one length: per member its best cell at its best learning rate; the best or worst
+    member by mean accuracy over the seeds of that learning rate."""
+    members: dict[str, tuple[float, list[float], str, int]] = {}
+    by_cell: dict[str, list[RunResult]] = {}
+    for result in slot.results:
+        by_cell.setdefault(cell_key(result.config), []).append(result)
+    for runs in by_cell.values():
+        by_lr: dict[float, list[float]] = {}
+        for r in runs:
+            if r.status in TRAINED:
+                by_lr.setdefault(r.config.train.lr, []).append(r.metrics.get("accuracy", math.nan))
+        if not by_lr:
+            continue
+        lr, seeds = max(by_lr.items(), key=lambda item: (np.mean(item[1]), -item[0]))
+        name = member_name(runs[0].config, per)
+        mean = float(np.mean(seeds))
+        if name not in members or mean > members[name][0]:
+            members[name] = (mean, seeds, f"{model_label(runs[0].config)} lr {lr:g}", len(by_lr))
+    if not members:
+        return Point(label, x, [])
+    chosen = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])
+    _, (_, seeds, where, lrs) = chosen
+    return Point(label, x, list(seeds), member=where, detail=f", best of {lrs} lr")
+
+
+def _gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
+    reasons = []
+    if slot.missing:
+        reasons.append(f"{slot.missing} runs not in the store")
+    if slot.failed:
+        reasons.append(f"{len(slot.failed)} runs failed ({slot.failed[0].error or 'no reason stored'})")
+    if len(point.values) < min_seeds:
+        reasons.append(f"{point.label}: {len(point.values)} trained seeds, the rule needs {min_seeds}")
+    return reasons
+
+
+def _slots(configs: Sequence[RunConfig], results: dict[str, RunResult], group: Group,
+           lengths: Sequence[int] | None) -> dict[int, Slot]:
+    slots: dict[int, Slot] = {}
+    for cfg in configs:
+        if not in_group(cfg, group) or (lengths is not None and cfg.task.length not in lengths):
+            continue
+        slot = slots.setdefault(cfg.task.length, Slot([], []))
+        slot.expected.append(cfg)
+        found = results.get(cfg.config_hash())
+        if found is not None:
+            slot.results.append(found)
+    return slots
+
+
+def _group_label(group: Group) -> str:
+    if isinstance(group, str):
+        return group
+    selectors = group if isinstance(group, list) else [group]
+    parts = []
+    for s in selectors:
+        parts.append(" ".join(f"{k.split('.')[-1]}={'|'.join(map(str, v)) if isinstance(v, list) else v}"
+                              for k, v in s.items()) or "all")
+    return " or ".join(parts)
+
+
+# ---- conditions on runs ---------------------------------------------------------------------------------------
+
+def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunConfig],
+                results: dict[str, RunResult], min_seeds: int) -> Outcome:
+    lengths = condition.lengths_at(scale)
+    groups = [condition.a, condition.b] if isinstance(condition, Compare) else [condition.group]
+    picks = [condition.a_pick, condition.b_pick] if isinstance(condition, Compare) else [condition.pick]
+    slot_maps = [_slots(configs, results, g, lengths) for g in groups]
+    wanted = lengths if lengths is not None else sorted(set().union(*slot_maps))
+    outcome = Outcome(condition.text, INCONCLUSIVE)
+    verdicts = []
+    for n in wanted:
+        points, reasons = [], []
+        for group, pick, slots in zip(groups, picks, slot_maps):
+            slot = slots.get(n)
+            if slot is None:
+                reasons.append(f"N={n}: no run of {_group_label(group)} in the claim's specs")
+                points.append(Point(_group_label(group), n, []))
+                continue
+            point = group_point(slot, _group_label(group), n, condition.per, pick)
+            points.append(point)
+            reasons += [f"N={n}: {r}" for r in _gaps(slot, min_seeds, point)]
+        outcome.points += points
+        outcome.evidence.append(f"N={n}: " + " vs ".join(p.text() for p in points))
+        if reasons:
+            outcome.reasons += reasons
+            verdicts.append(INCONCLUSIVE)
+        elif isinstance(condition, Compare):
+            verdicts.append(compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction))
+        else:
+            verdicts.append(level_verdict(points[0].values, condition.threshold, condition.direction))
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    if not verdicts:
+        outcome.reasons.append("no lengths to judge")
+    return outcome
+
+
+def possible_widths(verdicts: dict[int, str]) -> list[float]:
+    """Grid widths the smallest solving width may be, given each width's verdict (solved, unsolved, undecided,
+    failed); ``inf`` when none solved (it may lie beyond the grid)."""
+    solved = [w for w, v in verdicts.items() if v == "solved"]
+    high = min(solved) if solved else INF
+    unsolved = [w for w, v in verdicts.items() if v == "unsolved" and w < high]
+    low = max(unsolved) if unsolved else 0
+    found: list[float] = [w for w, v in sorted(verdicts.items()) if low < w <= high and v != "unsolved"]
+    return found + ([INF] if high == INF else [])
+
+
+def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str]
+               ) -> dict[str, dict[int, list[float]]]:
+    """Per member, per length: the possible smallest solving widths (``possible_widths``)."""
+    cells = select_lr(results, rule)
+    if cells.empty:
+        return {}
+    names = {cell_key(r.config): member_name(r.config, per) for r in results}
+    cells = cells.assign(member=[names[c] for c in cells.cell])
+    sets: dict[str, dict[int, list[float]]] = {}
+    for member, rows in cells.groupby("member"):
+        for length, widths in width_verdicts(rows).groupby("length"):
+            verdicts = {int(w): v for w, v in zip(widths.width, widths.verdict)}
+            sets.setdefault(member, {})[int(length)] = possible_widths(verdicts)
+    return sets
+
+
+def _widths_text(values: Sequence[float]) -> str:
+    finite = [int(v) for v in values if v != INF]
+    text = ",".join(map(str, finite))
+    if INF in values:
+        text = f"{text}, or beyond the grid" if text else "beyond the grid"
+    return "{" + text + "}"
+
+
+def _rule(fields: SolvedRuleFields) -> SolvedRule:
+    return SolvedRule(fields.threshold, fields.k, fields.m)
+
+
+def _runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: Group,
+             lengths: Sequence[int] | None) -> tuple[list[RunResult], list[str]]:
+    slots = _slots(configs, results, group, lengths)
+    found = [r for slot in slots.values() for r in slot.results]
+    missing = sum(slot.missing for slot in slots.values())
+    failed = sum(len(slot.failed) for slot in slots.values())
+    reasons = ([f"{missing} runs not in the store"] if missing else []) + ([f"{failed} runs failed"] if failed else [])
+    if not slots:
+        reasons.append(f"no run of {_group_label(group)} in the claim's specs")
+    return found, reasons
+
+
+def _width_points(label: str, per_length: dict[int, list[float]]) -> list[Point]:
+    points = []
+    for n, values in sorted(per_length.items()):
+        finite = [v for v in values if v != INF]
+        shown = [min(values)] if min(values) != INF else []
+        points.append(Point(label, n, shown, detail=f", possible {_widths_text(values)}" if finite else ""))
+    return points
+
+
+def _min_width_growth(condition: MinWidthGrowth, scale: str, configs: Sequence[RunConfig],
+                      results: dict[str, RunResult]) -> Outcome:
+    found, reasons = _runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    verdicts = []
+    for member, per_length in sorted(width_sets(found, _rule(condition.solved), condition.per).items()):
+        small, large = min(per_length), max(per_length)
+        outcome.evidence.append(f"{member}: smallest solving width N={small} {_widths_text(per_length[small])}, "
+                                f"N={large} {_widths_text(per_length[large])}")
+        outcome.points += _width_points(member, per_length)
+        if small == large:
+            outcome.reasons.append(f"{member}: only one length")
+            verdicts.append(INCONCLUSIVE)
+        elif min(per_length[small]) == INF:
+            outcome.reasons.append(f"{member}: no width solves N={small}")
+            verdicts.append(INCONCLUSIVE)
+        else:
+            grows = order_verdict(per_length[small], per_length[large])
+            verdicts.append(grows if condition.grows else _flip(grows))
+    if reasons or not verdicts:
+        verdicts.append(INCONCLUSIVE)
+    outcome.verdict = combine(verdicts)
+    return outcome
+
+
+def _min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunConfig],
+                     results: dict[str, RunResult]) -> Outcome:
+    lengths = condition.lengths_at(scale)
+    rule = _rule(condition.solved)
+    runs_a, reasons_a = _runs_in(configs, results, condition.a, lengths)
+    runs_b, reasons_b = _runs_in(configs, results, condition.b, lengths)
+    sets_a = {n: v for per_length in width_sets(runs_a, rule, ["task.name"]).values() for n, v in per_length.items()}
+    sets_b = {n: v for per_length in width_sets(runs_b, rule, ["task.name"]).values() for n, v in per_length.items()}
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=reasons_a + reasons_b)
+    label_a, label_b = _group_label(condition.a), _group_label(condition.b)
+    verdicts = [INCONCLUSIVE] if outcome.reasons else []
+    for n in sorted(set(sets_a) | set(sets_b)):
+        if n not in sets_a or n not in sets_b:
+            outcome.reasons.append(f"N={n}: only one side has runs")
+            verdicts.append(INCONCLUSIVE)
+            continue
+        outcome.evidence.append(f"N={n}: {label_a} {_widths_text(sets_a[n])} vs {label_b} {_widths_text(sets_b[n])}")
+        outcome.points += _width_points(label_a, {n: sets_a[n]}) + _width_points(label_b, {n: sets_b[n]})
+        if min(sets_a[n]) == INF and min(sets_b[n]) == INF:
+            outcome.reasons.append(f"N={n}: no width solves either side")
+            verdicts.append(INCONCLUSIVE)
+        else:
+            verdicts.append(order_verdict(sets_a[n], sets_b[n]))
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    return outcome
+
+
+def _flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
+                 results: dict[str, RunResult]) -> Outcome:
+    found, reasons = _runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    rule = _rule(condition.solved)
+    sets = width_sets(found, rule, ["model.name", "task.name"])
+    sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    verdicts = [INCONCLUSIVE] if reasons else []
+    tasks = sorted({r.config.task.name for r in found})
+    for task in tasks:
+        lengths = sorted({n for m in condition.order for n in sets.get(f"{m}/{task}", {})})
+        for n in lengths:
+            flops: dict[str, list[float]] = {}
+            for model in condition.order:
+                widths = sets.get(f"{model}/{task}", {}).get(n)
+                base = sample.get((model, task, n))
+                if widths is None or base is None:
+                    continue
+                flops[model] = [INF if w == INF else estimate_paper_flops(
+                    base.model_copy(update={"model": base.model.model_copy(update={"width": int(w)})})) / 1e9
+                    for w in widths]
+            missing = [m for m in condition.order if m not in flops]
+            text = ", ".join(f"{m} {_gflops_text(v)}" for m, v in flops.items())
+            outcome.evidence.append(f"{task} N={n}: fewest GFLOPs among solving widths: {text}")
+            for model, values in flops.items():
+                shown = [min(values)] if min(values) != INF else []
+                outcome.points.append(Point(f"{model} ({task})", n, shown))
+            if missing:
+                outcome.reasons.append(f"{task} N={n}: no runs of {', '.join(missing)}")
+                verdicts.append(INCONCLUSIVE)
+                continue
+            pair_verdicts = []
+            for low, high in zip(condition.order, condition.order[1:]):
+                if min(flops[low]) == INF and min(flops[high]) == INF:
+                    outcome.reasons.append(f"{task} N={n}: neither {low} nor {high} solves")
+                    pair_verdicts.append(INCONCLUSIVE)
+                else:
+                    pair_verdicts.append(order_verdict(flops[low], flops[high]))
+            verdicts.append(combine(pair_verdicts))
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    if not verdicts:
+        outcome.reasons.append("no runs")
+    return outcome
+
+
+def _gflops_text(values: Sequence[float]) -> str:
+    finite = [f"{v:.3g}" for v in values if v != INF]
+    text = "|".join(finite)
+    if INF in values:
+        text = f"{text} or more" if text else "none solved"
+    return text
+
+
+def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], results: dict[str, RunResult]) -> list[Outcome]:
+    """Each condition of a sweep claim on the stored runs of its configs (``results``: config hash -> run)."""
+    outcomes = []
+    for condition in claim.conditions:
+        if isinstance(condition, (Compare, Level)):
+            outcomes.append(_on_lengths(condition, scale, configs, results, claim.min_seeds))
+        elif isinstance(condition, MinWidthGrowth):
+            outcomes.append(_min_width_growth(condition, scale, configs, results))
+        elif isinstance(condition, MinWidthOrder):
+            outcomes.append(_min_width_order(condition, scale, configs, results))
+        else:
+            outcomes.append(_flops_order(condition, scale, configs, results))
+    return outcomes
+
+
+# ---- conditions on theory series ------------------------------------------------------------------------------
+
+Series = dict[str, dict[float, list[float]]]
+"""label -> x -> one value per seed (or per repetition)."""
+
+
+def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
+    """Each ``compare`` / ``level`` condition of a theory claim, its groups naming series labels."""
+    outcomes = []
+    for condition in claim.conditions:
+        if not isinstance(condition, (Compare, Level)):
+            outcomes.append(Outcome(condition.text, INCONCLUSIVE, reasons=[f"{condition.kind} needs sweep runs"]))
+            continue
+        labels = [condition.a, condition.b] if isinstance(condition, Compare) else [condition.group]
+        lengths = condition.lengths_at(scale)
+        xs = lengths if lengths is not None else sorted({x for label in labels for x in series.get(str(label), {})})
+        outcome = Outcome(condition.text, INCONCLUSIVE)
+        verdicts = []
+        for x in xs:
+            points = [Point(str(label), x, list(series.get(str(label), {}).get(x, []))) for label in labels]
+            outcome.points += points
+            outcome.evidence.append(f"{_x_text(x)}: " + " vs ".join(p.text() for p in points))
+            short = [p for p in points if len(p.values) < claim.min_seeds]
+            if short:
+                outcome.reasons += [f"{_x_text(x)}: {p.label} has {len(p.values)} values, the rule needs "
+                                    f"{claim.min_seeds}" for p in short]
+                verdicts.append(INCONCLUSIVE)
+            elif isinstance(condition, Compare):
+                verdicts.append(compare_verdict(points[0].values, points[1].values, condition.margin,
+                                                condition.direction))
+            else:
+                verdicts.append(level_verdict(points[0].values, condition.threshold, condition.direction))
+        outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _x_text(x: float) -> str:
+    return f"N={int(x)}" if float(x).is_integer() else f"x={x:g}"

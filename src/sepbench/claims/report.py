@@ -1,0 +1,98 @@
+"""The reproduction section: a Markdown table of verdicts and one figure per claim (PNG), written whole."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from sepbench.claims.evaluate import ClaimVerdict
+
+RULES = ("Verdicts follow the rule stated in each claim (sepbench.claims.evaluate): reproduced when every condition "
+         "holds on every seed pairing, not reproduced when a condition fails on every pairing, inconclusive when "
+         "seeds straddle the margin or runs are missing, failed or too few.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, str] | None = None) -> str:
+    """The verdict table, then per claim its conditions, evidence and reasons."""
+    lines = ["# Reproduction of the papers' claims", "", budget, "", RULES, "",
+             "| claim | paper, where | verdict | wall time | evidence |", "|---|---|---|---|---|"]
+    for v in verdicts:
+        first = "; ".join(o.evidence[0] for o in v.outcomes if o.evidence) or "-"
+        lines.append(f"| `{v.claim.id}` | {v.claim.paper}, {v.claim.where} | **{v.verdict}** | "
+                     f"{_duration(v.wall_seconds)} | {first.replace('|', '/')} |")
+    for v in verdicts:
+        lines += ["", f"## `{v.claim.id}`: {v.verdict}", "", f"{v.claim.text} ({v.claim.paper}, {v.claim.where})"
+                  + (" — a question sepbench adds, not the paper's claim." if v.claim.beyond_paper else ""), ""]
+        for o in v.outcomes:
+            lines.append(f"- {o.text}: **{o.verdict}**")
+            lines += [f"  - {e}" for e in o.evidence]
+            lines += [f"  - why inconclusive: {r}" for r in o.reasons]
+        if figures and v.claim.id in figures:
+            lines += ["", f"![{v.claim.id}]({figures[v.claim.id]})"]
+    return "\n".join(lines) + "\n"
+
+
+def draw(verdict: ClaimVerdict):
+    """One panel per condition: each group's mean over seeds against N, with the seeds' range as error bars."""
+    from matplotlib.figure import Figure
+
+    outcomes = verdict.outcomes
+    fig = Figure(figsize=(4.2 * len(outcomes), 3.4))
+    axes = fig.subplots(1, len(outcomes), squeeze=False)[0]
+    for ax, outcome in zip(axes, outcomes):
+        labels = list(dict.fromkeys(p.label for p in outcome.points))
+        for i, label in enumerate(labels):
+            points = sorted((p for p in outcome.points if p.label == label and p.values), key=lambda p: p.x)
+            if not points:
+                continue
+            xs = [p.x for p in points]
+            means = [p.mean for p in points]
+            low = [p.mean - min(p.values) for p in points]
+            high = [max(p.values) - p.mean for p in points]
+            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=label, color=f"C{i}")
+        ax.set_title(f"{outcome.verdict}\n{_wrap(outcome.text)}", fontsize=7)
+        ax.set_xlabel("N")
+        ax.set_ylabel("mean over seeds (bars: seed range)", fontsize=7)
+        ax.grid(alpha=0.3)
+        if labels:
+            ax.legend(fontsize=6)
+    fig.suptitle(f"{verdict.claim.id} ({verdict.scale} scale): {verdict.verdict}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _wrap(text: str, width: int = 60) -> str:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if len(line) + len(word) + 1 > width and line:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "\n".join(lines + [line])
+
+
+def write(verdicts: Sequence[ClaimVerdict], out_dir: Path, budget: str) -> Path:
+    """``out_dir/reproduction.md`` and ``out_dir/figures/claim-<id>.png``; drawn first, then moved in place."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reproduce-") as scratch:
+        staging = Path(scratch)
+        (staging / "figures").mkdir()
+        figures = {}
+        for v in verdicts:
+            name = f"figures/claim-{v.claim.id}.png"
+            draw(v).savefig(staging / name, dpi=110)
+            figures[v.claim.id] = name
+        (staging / "reproduction.md").write_text(markdown(verdicts, budget, figures))
+        (out_dir / "figures").mkdir(exist_ok=True)
+        for name in figures.values():
+            shutil.move(str(staging / name), str(out_dir / name))
+        page = out_dir / "reproduction.md"
+        shutil.move(str(staging / "reproduction.md"), str(page))
+    return page
+

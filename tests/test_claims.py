@@ -1,0 +1,147 @@
+"""The claims catalogue, its verdict rules on stored runs, and `sepbench reproduce`."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from sepbench.claims import SCALES, catalogue, select
+from sepbench.claims.checks import CHECKS
+from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, combine, compare_verdict,
+                                      evaluate_runs, level_verdict, order_verdict, possible_widths)
+from sepbench.cli import app
+from sepbench.config import ConfigError
+from sepbench.store import Store
+from sepbench.train.result import RunResult
+
+runner = CliRunner()
+SMOKE = {"train.steps": 1, "train.eval_samples": 16, "train.eval_every": 1}
+
+
+def test_every_claim_expands_to_valid_runs_at_both_scales():
+    claims = catalogue()
+    assert {c.paper for c in claims} == {"bhattamishra2024", "yang2024", "deng2023"}
+    for claim in claims:
+        for scale in SCALES:
+            if claim.kind == "theory":
+                assert claim.check in CHECKS and claim.at(scale).params
+            else:
+                configs = claim.configs(scale)
+                assert configs and len({c.config_hash() for c in configs}) == len(configs)
+                seeds = {c.seed for c in configs}
+                assert len(seeds) >= claim.min_seeds, (claim.id, scale)
+
+
+def test_unknown_claim_or_paper_is_one_line():
+    with pytest.raises(ConfigError, match="unknown claim 'nope'.*allowed: il-tf-vs-recurrent"):
+        select("bhattamishra2024", "nope")
+    with pytest.raises(ConfigError, match="unknown paper"):
+        select("vaswani2017")
+
+
+def test_rules():
+    assert compare_verdict([0.99, 1.0, 0.98], [0.5, 0.6, 0.55], 0.3) == REPRODUCED
+    assert compare_verdict([0.7, 0.73, 0.75], [0.9, 0.95, 0.94], 0.3) == NOT_REPRODUCED
+    assert compare_verdict([0.9, 0.99, 0.6], [0.5, 0.55, 0.52], 0.3) == INCONCLUSIVE
+    assert compare_verdict([0.5, 0.52], [0.5, 0.51], 0.1, "below") == REPRODUCED
+    assert level_verdict([1.0, 0.99], 0.95) == REPRODUCED
+    assert level_verdict([0.5, 0.99], 0.95) == INCONCLUSIVE
+    assert level_verdict([0.5, 0.6], 0.95) == NOT_REPRODUCED
+    assert order_verdict([32], [64, 96]) == REPRODUCED
+    assert order_verdict([64], [64]) == NOT_REPRODUCED
+    assert order_verdict([32, 64], [64]) == INCONCLUSIVE
+    assert possible_widths({32: "unsolved", 64: "undecided", 96: "solved"}) == [64, 96]
+    assert possible_widths({32: "unsolved", 64: "unsolved"}) == [float("inf")]
+    assert combine([REPRODUCED, INCONCLUSIVE]) == INCONCLUSIVE
+    assert combine([NOT_REPRODUCED, INCONCLUSIVE]) == NOT_REPRODUCED
+
+
+def _store_runs(store: Store, configs, accuracy) -> None:
+    for cfg in configs:
+        acc = accuracy(cfg)
+        if acc is None:
+            continue
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
+                            steps=cfg.train.steps, wall_seconds=1.0))
+
+
+def _dyck_verdict(tmp_path, accuracy):
+    (claim,) = select("bhattamishra2024", "dyck-depth")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs, accuracy)
+    results = {r.config_hash: r for r in store.results()}
+    (outcome,) = evaluate_runs(claim, "quick", configs, results)
+    return outcome
+
+
+def _one_layer_tf(cfg) -> bool:
+    return cfg.model.name == "transformer" and cfg.model.layers == 1
+
+
+def test_compare_on_stored_runs_reproduced(tmp_path):
+    outcome = _dyck_verdict(tmp_path, lambda c: 0.55 + 0.01 * c.seed if _one_layer_tf(c) else
+                            (0.99 if c.train.lr == 0.001 else 0.5))
+    assert outcome.verdict == REPRODUCED
+    assert "best of 2 lr" in outcome.evidence[0] and "lr 0.001" in outcome.evidence[0]
+
+
+def test_compare_on_stored_runs_not_reproduced(tmp_path):
+    outcome = _dyck_verdict(tmp_path, lambda c: 0.6 if c.model.name == "lstm" else 0.55)
+    assert outcome.verdict == NOT_REPRODUCED
+
+
+def test_spread_or_missing_runs_are_inconclusive(tmp_path):
+    straddle = _dyck_verdict(tmp_path / "a", lambda c: 0.5 if _one_layer_tf(c) else (0.99 if c.seed else 0.6))
+    assert straddle.verdict == INCONCLUSIVE
+    missing = _dyck_verdict(tmp_path / "b", lambda c: None if c.seed == 2 else 0.5 if _one_layer_tf(c) else 1.0)
+    assert missing.verdict == INCONCLUSIVE and any("not in the store" in r for r in missing.reasons)
+
+
+def test_min_width_growth_on_stored_runs(tmp_path):
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("quick", SMOKE)
+    need = {"transformer": {2: 32, 3: 32}, "sparse_transformer": {2: 64, 3: 96}, "linear_transformer": {2: 96, 3: 999}}
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs, lambda c: 0.95 if c.model.width >= need[c.model.name][c.task.length] else 0.3)
+    results = {r.config_hash: r for r in store.results()}
+    growth, flat, flops = evaluate_runs(claim, "quick", configs, results)
+    assert (growth.verdict, flat.verdict, flops.verdict) == (REPRODUCED, REPRODUCED, REPRODUCED)
+    assert any("N=3 {beyond the grid}" in e for e in growth.evidence)
+    store.put(RunResult(config=configs[0].model_copy(update={"seed": 0}), config_hash=configs[0].config_hash(),
+                        status="failed", error="out of memory"))
+    results = {r.config_hash: r for r in store.results()}
+    assert evaluate_runs(claim, "quick", configs, results)[1].verdict == INCONCLUSIVE
+
+
+def test_cli_list_dry_run_and_bad_claim(tmp_path):
+    listed = runner.invoke(app, ["reproduce", "--list"], terminal_width=300)
+    assert listed.exit_code == 0 and "il-tf-vs-recurrent" in listed.stdout and "deng-learned" in listed.stdout
+    dry = runner.invoke(app, ["reproduce", "bhattamishra2024", "--claim", "dyck-depth", "--dry-run", "--store",
+                              str(tmp_path / "s.db")], terminal_width=300)
+    assert dry.exit_code == 0 and "18 runs to train" in dry.stdout and "forward FLOPs" in dry.stdout
+    assert not (tmp_path / "s.db").exists()
+    bad = runner.invoke(app, ["reproduce", "--claim", "nope"])
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "unknown claim 'nope'" in bad.stderr
+
+
+def test_cli_theory_claim_end_to_end(tmp_path):
+    args = ["reproduce", "bhattamishra2024", "--claim", "bound-8k", "--store", str(tmp_path / "s.db"),
+            "--out", str(tmp_path / "rep")]
+    result = runner.invoke(app, args, terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "8193" in result.stdout and "1 reproduced" in result.stdout
+    assert (tmp_path / "rep" / "figures" / "claim-bound-8k.png").is_file()
+    assert (tmp_path / "s.claims.json").is_file()
+
+
+def test_cli_tiny_sweep_claim_resumes(tmp_path):
+    args = ["reproduce", "bhattamishra2024", "--claim", "dyck-depth", "--store", str(tmp_path / "s.db"),
+            "--out", str(tmp_path / "rep"), *[f"--set={k}={v}" for k, v in SMOKE.items()]]
+    first = runner.invoke(app, args, terminal_width=300)
+    assert first.exit_code == 0, first.output
+    assert "18 runs to train" in first.stdout and "dyck-depth" in first.stdout
+    assert len(Store(tmp_path / "s.db")) == 18
+    again = runner.invoke(app, args, terminal_width=300)
+    assert "0 runs to train" in again.stdout
+    text = (tmp_path / "rep" / "reproduction.md").read_text()
+    assert "`dyck-depth`" in text and "train.steps=1" in text
