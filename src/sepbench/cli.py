@@ -350,7 +350,7 @@ class SweepBackend(str, Enum):
 
 @app.command("sweep")
 def sweep(
-    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid)"),
+    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid, lr_search)"),
     workers: int = typer.Option(1, min=1, help="runs at the same time (processes, or Ray CPUs on a local instance)"),
     backend: SweepBackend = typer.Option(SweepBackend.local, help="local: a process pool; ray: one Ray task per run"),
     address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
@@ -370,13 +370,17 @@ def sweep(
         configs = spec.expand()
     db = Store(store)
     todo = pending(configs, db)
+    search = ", by successive halving: the worse learning rates stop early" if spec.lr_search == "halving" else ""
     out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
-              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+              f"{len(todo)} to train ({backend.value}, {workers} workers{search})", highlight=False, soft_wrap=True)
     if dry_run:
         for cfg in todo:
             flat = _flatten(cfg.model_dump(mode="json"))
             out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
                       highlight=False, soft_wrap=True)
+        return
+    if spec.lr_search == "halving":
+        _sweep_by_halving(spec, configs, db, workers, backend)
         return
     with SweepProgress(spec.name, len(todo), err) as progress:
         try:
@@ -388,6 +392,26 @@ def sweep(
     failed = len(outcome.failed)
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
+def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend: "SweepBackend") -> None:
+    """``lr_search: halving``: successive halving per cell on local processes (one cell per worker)."""
+    from sepbench.sweep.halving import run_halving
+    from sepbench.sweep.progress import SweepProgress
+
+    if backend != SweepBackend.local:
+        err.print("error: lr_search: halving runs on the local backend only; use --backend local",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(BAD_INPUT)
+    done = set(db.query().config_hash) if db.path.exists() else set()
+    todo = sum(cfg.config_hash() not in done for cfg in configs)
+    with SweepProgress(spec.name, todo, err) as progress:
+        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance)
+    pruned = sum(r.status == "pruned" for r in outcome.results)
+    out.print(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
+              f"stored in {outcome.seconds:.1f} s, {pruned} pruned, {len(outcome.failed)} failed or diverged, "
+              f"{outcome.steps} steps trained of {sum(c.train.steps for c in configs if c.config_hash() not in done)} "
+              f"a full grid would take at most; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
 
 
 def _parse_ints(text: str, option: str) -> list[int]:

@@ -58,9 +58,10 @@ def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
 def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
     """Per cell: the best learning rate (highest mean accuracy over seeds) and the median over learning rates.
 
-    Both are kept, since a best-of over a tuning grid flatters a model that the median does not.
+    Both are kept, since a best-of over a tuning grid flatters a model that the median does not. Runs pruned
+    by a learning-rate search are left out: they are neither the best nor unsolved.
     """
-    runs = runs_frame(results)
+    runs = runs_frame([r for r in results if r.status != "pruned"])
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
                "learning_rates", "seeds", "solved"]
     if runs.empty:
@@ -110,31 +111,49 @@ def smallest_solving(widths: Sequence[int], solves: Callable[[int], bool]) -> tu
 
 @dataclass
 class WidthSearch:
-    """Smallest solving width per length, and the widths evaluated to find it."""
+    """Smallest solving width per length, the widths evaluated to find it, and the runs and steps it trained."""
 
     rule: SolvedRule
     smallest: dict[int, int | None] = field(default_factory=dict)
     checked: dict[int, dict[int, bool]] = field(default_factory=dict)
     trained: int = 0
+    steps: int = 0
 
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
-                     store: Store, workers: int = 1, on_result: OnResult | None = None) -> WidthSearch:
+                     store: Store, workers: int = 1, on_result: OnResult | None = None,
+                     lrs: Sequence[float] | None = None, lr_search: str = "grid", eta: float = 2.0) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
-    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together.
+    With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving)
+    and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
+    width per length) train together.
     """
+    if lr_search not in ("grid", "halving"):
+        raise ValueError(f"lr_search must be grid or halving, got '{lr_search}'")
     search = WidthSearch(rule=rule)
+    lr_points = [{"train.lr": lr} for lr in lrs] if lrs else [{}]
 
     def judge(asked: dict[int, int]) -> dict[int, bool]:
         configs = {length: [RunConfig.build(apply_overrides(base, {"task.length": length, "model.width": width,
-                                                                   "seed": seed})) for seed in range(rule.m)]
+                                                                   "seed": seed, **lr}))
+                            for lr in lr_points for seed in range(rule.m)]
                    for length, width in asked.items()}
         every = [cfg for group in configs.values() for cfg in group]
-        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result).results)
-        accuracy = {r.config_hash: r.accuracy if r.status != "failed" else 0.0
-                    for r in (store.get(cfg.config_hash()) for cfg in every)}
-        return {length: rule.solved([accuracy[cfg.config_hash()] for cfg in group]) for length, group in configs.items()}
+        if lr_search == "halving":
+            from sepbench.sweep.halving import run_halving
+
+            outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result)
+            search.steps += outcome.steps
+        else:
+            outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result)
+            search.steps += sum(r.steps for r in outcome.results)
+        search.trained += len(outcome.results)
+        verdicts = {}
+        for length, group in configs.items():
+            cells = select_lr([store.get(cfg.config_hash()) for cfg in group], rule)
+            verdicts[length] = bool(len(cells)) and bool(cells.solved.iloc[0])
+        return verdicts
 
     search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)
     return search
