@@ -424,6 +424,21 @@ def _parse_ints(text: str, option: str) -> list[int]:
     return values
 
 
+class LrSearch(str, Enum):
+    grid = "grid"
+    halving = "halving"
+
+
+def _parse_lrs(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'")
+    return values
+
+
 @app.command("minwidth")
 def minwidth(
     task: str = typer.Option(..., help="task name (see `sepbench tasks`)"),
@@ -441,6 +456,9 @@ def minwidth(
     config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
     assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
     resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
+    lrs: Optional[str] = typer.Option(None, help="learning rates tried at every width, comma-separated [default: the base lr]"),
+    lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
+    eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
 ) -> None:
     """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law."""
     from sepbench.store import Store
@@ -453,6 +471,11 @@ def minwidth(
         except ValueError as problem:
             raise ConfigError(str(problem)) from None
         grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+        grid_lrs = _parse_lrs(lrs) if lrs is not None else None
+        if lr_search == LrSearch.halving and not grid_lrs:
+            raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
+        if eta <= 1:
+            raise ConfigError(f"--eta must be > 1, got {eta:g}")
         data = load_yaml(config) if config else {}
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
         base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
@@ -462,11 +485,14 @@ def minwidth(
                 RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
     db = Store(store)
     most_visited = len(set(grid_widths)).bit_length()
-    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
-    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
+    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]), err,
+                             live=False)
+    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance,
+                              lrs=grid_lrs, lr_search=lr_search.value, eta=eta)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
-    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
+    tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
+    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}{tuned}")
     table.add_column("length N", justify="right")
     table.add_column("smallest width", justify="right")
     table.add_column("widths evaluated")
@@ -484,7 +510,8 @@ def minwidth(
                   f"rmse = {power.rmse:.3g}", highlight=False, soft_wrap=True)
         out.print(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}",
                   highlight=False, soft_wrap=True)
-    out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+    out.print(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}", highlight=False,
+              soft_wrap=True)
 
 
 @app.command("report")

@@ -59,6 +59,15 @@ def schedule(budget: int, lrs: int, eta: float = 2.0, eval_every: int = 1) -> li
     return rungs + [Rung(budget, rungs[-1].keep if rungs else lrs)]
 
 
+def planned_steps(rungs: Sequence[Rung], lrs: int) -> int:
+    """Steps per seed that a cell of ``lrs`` learning rates trains under ``rungs`` if no run stops early."""
+    total, alive, done = 0, lrs, 0
+    for rung in rungs:
+        total += alive * (rung.step - done)
+        alive, done = min(alive, rung.keep), rung.step
+    return total
+
+
 def rank(scores: dict[float, Score | None]) -> list[float]:
     """Learning rates best first: higher mean accuracy, then lower mean loss, then the order given.
 
