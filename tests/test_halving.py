@@ -205,3 +205,17 @@ def test_minwidth_searches_lrs_by_halving(tmp_path):
     assert result.exit_code == 0, result.output
     assert "best of 4 lrs (halving)" in result.stdout and "trained 4 new runs (80 steps)" in result.stdout
     assert sorted(Store(store).query().status) == ["completed", "pruned", "pruned", "pruned"]
+
+
+@pytest.mark.slow
+def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
+    """Slow for its two spawned workers' start-up (importing torch), not for training."""
+    spec = {**SPEC, "base": apply_overrides(BASE, {"train.steps": 20}), "seeds": [0], "lr_grid": [1e-2, 1e-3],
+            "grid": {"model.width": [8, 16]}}
+    configs = SweepSpec.build(spec).expand()
+    inline, parallel = Store(tmp_path / "inline.db"), Store(tmp_path / "parallel.db")
+    run_halving(configs, inline, workers=1)
+    outcome = run_halving(configs, parallel, workers=2)
+    assert len(outcome.results) == 4 and outcome.steps == 2 * (2 * 10 + 10)
+    summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
+    assert summary(parallel) == summary(inline)
