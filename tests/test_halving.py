@@ -153,6 +153,17 @@ def test_an_lr_whose_seeds_all_solved_wins_and_the_others_stop_at_that_rung(tmp_
     assert cell.best_lr == 1e-3 and cell.solved
 
 
+def test_a_stored_grid_run_that_solved_after_the_rung_does_not_win_it(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    configs = SweepSpec.build(SPEC).expand()
+    for seed in (0, 1):
+        store.put(_result(1e-3, seed, "solved", [(10, 0.3), (20, 0.6), (30, 0.995)], steps_to_threshold=30))
+    outcome = run_halving(configs, store)
+    assert outcome.steps == 3 * 2 * 10 + 2 * 10
+    assert sorted(outcome.cut_at.values()) == [10, 10, 10, 10, 20, 20]
+    assert {r.status for r in store.results() if r.config.train.lr != 1e-3} == {"pruned"}
+
+
 def test_pruned_runs_never_count_as_unsolved():
     pruned = [_result(1e-3, seed, "pruned", [(10, 0.3)]) for seed in range(3)]
     finished = [_result(1e-2, seed, "completed", [(10, 0.2), (40, 0.5)]) for seed in range(3)]

@@ -148,13 +148,15 @@ class _Run:
 
 @dataclass
 class HalvingOutcome:
-    """What one ``run_halving`` call did; ``steps`` counts the optimizer steps trained by this call."""
+    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained, ``cut_at`` maps the
+    config hash of every run whose learning rate was cut (stored now or before) to the rung step of the cut."""
 
     total: int
     skipped: int
     results: list[RunResult] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
+    cut_at: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[RunResult]:
@@ -190,11 +192,12 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
         for lr in alive:
             for run in runs[lr]:
                 run.advance(rung.step)
-        winners = [lr for lr in alive
-                   if protocol.early_stop and all(run.finished and run.result.status == "solved" for run in runs[lr])]
+        winners = [lr for lr in alive if protocol.early_stop and all(
+            run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
         keep = set(winners or rank({lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive})[:rung.keep])
         for lr in alive:
             if lr not in keep:
+                outcome.cut_at.update({run.config.config_hash(): rung.step for run in runs[lr]})
                 close(lr, pruned=True)
         alive = [lr for lr in alive if lr in keep]
         if winners:
@@ -212,9 +215,9 @@ def group_cells(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
     return list(cells.values())
 
 
-def _halve_in_worker(configs_json: list[str], store_path: str, eta: float) -> tuple[list[str], int]:
+def _halve_in_worker(configs_json: list[str], store_path: str, eta: float) -> tuple[list[str], int, dict[str, int]]:
     cell = halve_cell([RunConfig.model_validate_json(c) for c in configs_json], Store(store_path), eta)
-    return [r.model_dump_json() for r in cell.results], cell.steps
+    return [r.model_dump_json() for r in cell.results], cell.steps, cell.cut_at
 
 
 def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, eta: float = 2.0,
@@ -237,7 +240,9 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
 
     if workers == 1 or len(todo) <= 1:
         for cell in todo:
-            outcome.steps += halve_cell(cell, store, eta, collect).steps
+            done = halve_cell(cell, store, eta, collect)
+            outcome.steps += done.steps
+            outcome.cut_at.update(done.cut_at)
     else:
         context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
@@ -250,15 +255,16 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                 finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
                 for future in finished:
                     try:
-                        results, steps = future.result()
+                        results, steps, cut_at = future.result()
                     except Exception as error:  # noqa: BLE001 - a worker that died fails the runs it left unstored
-                        results, steps = [], 0
+                        results, steps, cut_at = [], 0, {}
                         for cfg in futures[future]:
                             if not store.has(cfg.config_hash()):
                                 failed = failed_result(cfg, error)
                                 store.put(failed)
                                 collect(failed)
                     outcome.steps += steps
+                    outcome.cut_at.update(cut_at)
                     for result in results:
                         collect(RunResult.model_validate_json(result))
     outcome.seconds = time.perf_counter() - start
