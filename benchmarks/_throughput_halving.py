@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from _throughput_common import Ratio  # noqa: E402
 from sepbench.store import Store  # noqa: E402
 from sepbench.sweep import SweepSpec, run_sweep  # noqa: E402
-from sepbench.sweep.halving import run_halving  # noqa: E402
+from sepbench.sweep.halving import halve_cell, lr_score, run_halving, schedule  # noqa: E402
 from sepbench.sweep.search import select_lr  # noqa: E402
 
 LRS = [1e-2, 5e-3, 1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 1e-6]  # Bhattamishra et al. 2024, App. H
@@ -57,6 +57,10 @@ class Comparison:
     halving_accuracy: float
     grid_seconds: float
     halving_seconds: float
+    rungs: tuple[int, ...] = ()
+    grid_at_rungs: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    cut_at: tuple[tuple[float, int], ...] = ()
+    replay_agrees: bool = True
 
     @property
     def ratio(self) -> float:
@@ -84,8 +88,16 @@ def compare(cell: str, base: dict[str, Any], seeds: tuple[int, ...] = (0,), eta:
         grid_seconds = time.perf_counter() - start
         halving = run_halving(configs, halving_store, eta=eta)
         (by_grid,), (by_halving,) = (select_lr(s.results()).itertuples() for s in (grid_store, halving_store))
+        replay = halve_cell(configs, grid_store, eta=eta)
+        rungs = tuple(r.step for r in schedule(configs[0].train.steps, len(LRS), eta, configs[0].train.eval_every))
+        grid_runs = grid_store.results()
+        at_rungs = tuple((lr, tuple(lr_score([r for r in grid_runs if r.config.train.lr == lr], step)[0]
+                                    for step in rungs)) for lr in LRS)
+    by_hash = {cfg.config_hash(): cfg.train.lr for cfg in configs}
+    cut_at = tuple(sorted({(by_hash[h], step) for h, step in halving.cut_at.items()}, key=lambda x: -x[1]))
     return Comparison(cell, sum(r.steps for r in grid.results), halving.steps, by_grid.best_lr, by_grid.best_accuracy,
-                      by_halving.best_lr, by_halving.best_accuracy, grid_seconds, halving.seconds)
+                      by_halving.best_lr, by_halving.best_accuracy, grid_seconds, halving.seconds, rungs, at_rungs,
+                      cut_at, replay.cut_at == halving.cut_at)
 
 
 def measure(quick: bool) -> list[Ratio]:
@@ -98,14 +110,25 @@ def measure(quick: bool) -> list[Ratio]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    print("| cell | grid steps | halving steps | ratio | grid: best lr, acc | halving: best lr, acc | |acc diff| "
+    found = []
+    print("| cell | grid steps | halving steps | ratio | grid: best lr, acc | halving: best lr, acc | acc diff "
           "| grid s | halving s |")
     print("|---|---:|---:|---:|---|---|---:|---:|---:|")
     for cell, base in CELLS.items():
         c = compare(cell, base)
+        found.append(c)
         print(f"| {cell} | {c.grid_steps} | {c.halving_steps} | {c.ratio:.2f} | {c.grid_lr:g}, {c.grid_accuracy:.3f} "
               f"| {c.halving_lr:g}, {c.halving_accuracy:.3f} | {abs(c.grid_accuracy - c.halving_accuracy):.3f} "
               f"| {c.grid_seconds:.0f} | {c.halving_seconds:.0f} |", flush=True)
+    for c in found:
+        cut = dict(c.cut_at)
+        print(f"\n{c.cell}: the grid's accuracy at each rung (halving's cut marked *); replaying halving over the "
+              f"grid's runs gives {'the same' if c.replay_agrees else 'DIFFERENT'} cuts")
+        print("| lr | " + " | ".join(f"step {step}" for step in c.rungs) + " |")
+        print("|---|" + "---:|" * len(c.rungs))
+        for lr, accuracies in c.grid_at_rungs:
+            cells = [f"{a:.3f}" + ("*" if cut.get(lr) == step else "") for step, a in zip(c.rungs, accuracies)]
+            print(f"| {lr:g} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
