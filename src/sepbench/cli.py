@@ -456,7 +456,7 @@ def minwidth(
     config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
     assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
     resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
-    lrs: Optional[str] = typer.Option(None, help="learning rates tried at every width, comma-separated [default: the base lr]"),
+    lrs: Optional[str] = typer.Option(None, help="learning rates tried at each width, comma-separated"),
     lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
     eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
 ) -> None:

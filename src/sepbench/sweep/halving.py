@@ -194,7 +194,8 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
                 run.advance(rung.step)
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
-        keep = set(winners or rank({lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive})[:rung.keep])
+        scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
+        keep = set(winners or rank(scores)[:rung.keep])
         for lr in alive:
             if lr not in keep:
                 outcome.cut_at.update({run.config.config_hash(): rung.step for run in runs[lr]})
