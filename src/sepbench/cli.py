@@ -544,7 +544,7 @@ class SweepBackend(str, Enum):
 
 @app.command("sweep")
 def sweep(
-    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid)"),
+    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid, lr_search)"),
     workers: int = typer.Option(1, min=1, help="runs at the same time (processes, or Ray CPUs on a local instance)"),
     backend: SweepBackend = typer.Option(SweepBackend.local, help="local: a process pool; ray: one Ray task per run"),
     address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
@@ -579,9 +579,11 @@ def sweep(
         todo = plan(configs, db, reuse)
     if group_size is None:
         group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
-    grouping = f", groups of up to {group_size}" if group_size > 1 else ""
+    how = f", groups of up to {group_size}" if group_size > 1 else ""
+    if spec.lr_search == "halving":
+        how = ", by successive halving: the worse learning rates stop early"
     out.print(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
-              f"{len(todo.todo)} to train ({backend.value}, {workers} workers{grouping})", highlight=False,
+              f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})", highlight=False,
               soft_wrap=True)
     _say_reused(todo)
     if dry_run:
@@ -589,6 +591,11 @@ def sweep(
             flat = _flatten(cfg.model_dump(mode="json"))
             out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
                       highlight=False, soft_wrap=True)
+        return
+    if spec.lr_search == "halving":
+        halved = _sweep_by_halving(spec, configs, db, workers, backend)
+        _exit_on_failures({**todo.failed_kept, **{r.config_hash: r.error or "no reason stored"
+                                                  for r in halved if r.status == "failed"}}, "sweep")
         return
     with SweepProgress(spec.name, len(todo.todo), err) as progress:
         try:
@@ -624,6 +631,27 @@ def _exit_on_failures(failed: dict[str, str], command: str) -> None:
     raise typer.Exit(1)
 
 
+def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend: "SweepBackend") -> list:
+    """``lr_search: halving``: successive halving per cell on local processes (one cell per worker)."""
+    from sepbench.sweep.halving import run_halving
+    from sepbench.sweep.progress import SweepProgress
+
+    if backend != SweepBackend.local:
+        err.print("error: lr_search: halving runs on the local backend only; use --backend local",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(BAD_INPUT)
+    done = set(db.query().config_hash) if db.path.exists() else set()
+    todo = sum(cfg.config_hash() not in done for cfg in configs)
+    with SweepProgress(spec.name, todo, err) as progress:
+        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance)
+    pruned = sum(r.status == "pruned" for r in outcome.results)
+    out.print(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
+              f"stored in {outcome.seconds:.1f} s, {pruned} pruned, {len(outcome.failed)} failed or diverged, "
+              f"{outcome.steps} steps trained of {sum(c.train.steps for c in configs if c.config_hash() not in done)} "
+              f"a full grid would take at most; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+    return outcome.results
+
+
 def _parse_ints(text: str, option: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -631,6 +659,21 @@ def _parse_ints(text: str, option: str) -> list[int]:
         raise ConfigError(f"{option} expects comma-separated integers, got '{text}'") from None
     if not values:
         raise ConfigError(f"{option} expects at least one integer")
+    return values
+
+
+class LrSearch(str, Enum):
+    grid = "grid"
+    halving = "halving"
+
+
+def _parse_lrs(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'")
     return values
 
 
@@ -654,6 +697,9 @@ def minwidth(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
     retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
     force: bool = typer.Option(False, "--force", help="train every run the search visits again"),
+    lrs: Optional[str] = typer.Option(None, help="learning rates tried at each width, comma-separated"),
+    lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
+    eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
 ) -> None:
     """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law.
 
@@ -671,6 +717,11 @@ def minwidth(
         except ValueError as problem:
             raise ConfigError(str(problem)) from None
         grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+        grid_lrs = _parse_lrs(lrs) if lrs is not None else None
+        if lr_search == LrSearch.halving and not grid_lrs:
+            raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
+        if eta <= 1:
+            raise ConfigError(f"--eta must be > 1, got {eta:g}")
         data = load_yaml(packaged_config(config)) if config else {}
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
         base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
@@ -681,13 +732,15 @@ def minwidth(
         db = Store(store)
         db.check_writable()
     most_visited = len(set(grid_widths)).bit_length()
-    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
+    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]), err,
+                             live=False)
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance,
-                              reuse=reuse)
+                              reuse=reuse, lrs=grid_lrs, lr_search=lr_search.value, eta=eta)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
-    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
+    tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
+    table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}{tuned}")
     table.add_column("length N", justify="right")
     table.add_column("smallest width", justify="right")
     table.add_column("widths evaluated")
@@ -718,7 +771,8 @@ def minwidth(
                   f"rmse = {power.rmse:.3g}", highlight=False, soft_wrap=True)
         out.print(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}",
                   highlight=False, soft_wrap=True)
-    out.print(f"trained {search.trained} new runs; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+    out.print(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}", highlight=False,
+              soft_wrap=True)
     _exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
                        for w, reason in widths_.items()}, "width search")
 

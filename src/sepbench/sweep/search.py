@@ -79,9 +79,10 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> 
     trained count: a diverged learning rate is a losing one while another learning rate of the cell trained, and a
     cell none of whose runs trained has verdict 'failed' (its accuracies NaN). ``verdict`` is the rule's at the best
     learning rate ('solved', 'unsolved', 'undecided' while too few seeds are stored, or 'failed'); ``reason`` says
-    why a cell is undecided or failed, and ``failure`` names the statuses of a failed cell's runs.
+    why a cell is undecided or failed, and ``failure`` names the statuses of a failed cell's runs. Runs pruned by a
+    learning-rate search are left out: they are neither the best nor unsolved.
     """
-    runs = runs_frame(results)
+    runs = runs_frame([r for r in results if r.status != "pruned"])
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
                "learning_rates", "seeds", "solved", "verdict", "reason", "runs", "not_trained", "failure"]
     if runs.empty:
@@ -163,6 +164,7 @@ class WidthSearch:
     checked: dict[int, dict[int, bool]] = field(default_factory=dict)
     failed: dict[int, dict[int, str]] = field(default_factory=dict)
     trained: int = 0
+    steps: int = 0
 
     def undetermined_below(self, length: int) -> list[int]:
         """Failed widths under the smallest solving width found at ``length`` (all of them when none solved)."""
@@ -172,35 +174,58 @@ class WidthSearch:
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
                      store: Store, workers: int = 1, on_result: OnResult | None = None,
-                     reuse: Reuse = Reuse()) -> WidthSearch:
+                     reuse: Reuse = Reuse(), lrs: Sequence[float] | None = None, lr_search: str = "grid",
+                     eta: float = 2.0) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
-    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together. A
-    failed run (out of memory, a crash) is neither solved nor unsolved: when the other seeds cannot settle the
-    verdict, the width is recorded in ``failed``.
+    With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving)
+    and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
+    width per length) train together. A failed run (out of memory, a crash) is neither solved nor unsolved:
+    when the other runs cannot settle the verdict, the width is recorded in ``failed``.
     """
+    if lr_search not in ("grid", "halving"):
+        raise ValueError(f"lr_search must be grid or halving, got '{lr_search}'")
     search = WidthSearch(rule=rule)
+    lr_points = [{"train.lr": lr} for lr in lrs] if lrs else [{}]
 
     def judge(asked: dict[int, int]) -> dict[int, bool]:
         configs = {length: [RunConfig.build(apply_overrides(base, {"task.length": length, "model.width": width,
-                                                                   "seed": seed})) for seed in range(rule.m)]
+                                                                   "seed": seed, **lr}))
+                            for lr in lr_points for seed in range(rule.m)]
                    for length, width in asked.items()}
         every = [cfg for group in configs.values() for cfg in group]
-        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result,
-                                        reuse=reuse).results)
-        stored = {cfg.config_hash(): store.get(cfg.config_hash()) for cfg in every}
+        if lr_search == "halving":
+            from sepbench.sweep.halving import run_halving
+
+            outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result)
+            search.steps += outcome.steps
+        else:
+            outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, reuse=reuse)
+            search.steps += sum(r.steps for r in outcome.results)
+        search.trained += len(outcome.results)
         verdicts = {}
         for length, group in configs.items():
-            runs = [stored[cfg.config_hash()] for cfg in group]
-            usable = [r.accuracy for r in runs if r.status != "failed"]
-            verdicts[length] = rule.solved(usable)
+            runs = [store.get(cfg.config_hash()) for cfg in group]
+            verdicts[length] = _solves(runs, rule)
             failures = [r.error or "no reason stored" for r in runs if r.status == "failed"]
-            if failures and not verdicts[length] and rule.solved(usable + [1.0] * len(failures)):
+            if failures and not verdicts[length] and _solves([_as_solved(r) for r in runs], rule):
                 search.failed.setdefault(length, {})[asked[length]] = failures[0]
         return verdicts
 
     search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)
     return search
+
+
+def _solves(runs: Sequence[RunResult], rule: SolvedRule) -> bool:
+    cells = select_lr(runs, rule)
+    return bool(len(cells)) and bool(cells.solved.iloc[0])
+
+
+def _as_solved(run: RunResult) -> RunResult:
+    """A failed run as if it had reached accuracy 1: whether failures alone leave a verdict open."""
+    if run.status != "failed":
+        return run
+    return run.model_copy(update={"status": "solved", "metrics": {**run.metrics, "accuracy": 1.0}})
 
 
 MIN_FIT_POINTS = 3

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -33,6 +33,9 @@ class SweepSpec(StrictModel):
                                                description="groups of dotted keys varied together")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="seeds for every cell")
     lr_grid: list[float] | None = Field(None, min_length=1, description="learning rates tried in every cell")
+    lr_search: Literal["grid", "halving"] = Field(
+        "grid", description="grid: every learning rate trains in full; halving: successive halving (sweep.halving)")
+    halving_eta: float = Field(2.0, gt=1.0, description="halving keeps 1/eta of the learning rates at each rung")
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
 
@@ -68,6 +71,12 @@ class SweepSpec(StrictModel):
         if lrs is not None and any(lr <= 0 for lr in lrs):
             raise ValueError(f"lr_grid values must be > 0, got {lrs}")
         return lrs
+
+    @model_validator(mode="after")
+    def _halving_has_lrs(self) -> "SweepSpec":
+        if self.lr_search == "halving" and self.lr_grid is None:
+            raise ValueError("lr_search: halving needs an lr_grid to search")
+        return self
 
     @model_validator(mode="after")
     def _keys_known_and_distinct(self) -> "SweepSpec":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import time
 from datetime import datetime, timezone
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +63,8 @@ def evaluate(model: SequenceModel, task: Task, batch: Batch, chunk: int, device:
 
 
 class Trainer:
-    """Holds one run's task, model and data; ``run`` trains and returns the result."""
+    """Holds one run's task, model and data; ``run`` trains and returns the result, or ``train_until`` trains in
+    stretches (a learning-rate search stops and resumes runs held in memory) and ``finish`` returns it."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -83,6 +85,10 @@ class Trainer:
             self.eval_sets[config.task.length] = self.task.to_batch(test.tokens, test.prompts)
         elif config.train.data == "fixed":
             self.fixed = self.task.sample_train(config.train.train_size, self.train_rng)
+        self.result: RunResult | None = None
+        self._metrics: dict[str, float] = {}
+        self._seconds = 0.0
+        self._stopped = False
 
     def next_batch(self) -> Batch:
         size = self.config.train.batch_size
@@ -110,32 +116,42 @@ class Trainer:
                 metrics.update({f"{name}@{n}": value for name, value in found.items() if name != "loss"})
         return metrics
 
-    def run(self, progress: bool | None = None) -> RunResult:
+    @property
+    def stopped(self) -> bool:
+        """True once the run can go no further: all steps done, diverged, or early-stopped at the threshold."""
+        return self._stopped or (self.result is not None and self.result.steps >= self.config.train.steps)
+
+    def _begin(self) -> RunResult:
+        if self.result is None:
+            self.result = RunResult(
+                config=self.config,
+                config_hash=self.config.config_hash(),
+                status="completed",
+                parameters=count_parameters(self.model),
+                device=str(self.device),
+                version=package_version(),
+                code_version=code_version(),
+                git_commit=git_commit(),
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            )
+        return self.result
+
+    def train_until(self, step_limit: int, on_eval: Callable[[EvalPoint], None] | None = None) -> RunResult:
+        """Train on to ``step_limit`` (at most ``train.steps``) or an early stop; a later call goes on from there.
+
+        Stopping at a step and going on trains exactly as one uninterrupted run would.
+        """
         cfg = self.config.train
-        result = RunResult(
-            config=self.config,
-            config_hash=self.config.config_hash(),
-            status="completed",
-            parameters=count_parameters(self.model),
-            device=str(self.device),
-            version=package_version(),
-            code_version=code_version(),
-            git_commit=git_commit(),
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        )
+        result = self._begin()
         start = time.perf_counter()
-        console = Console(stderr=True)
-        show = console.is_terminal if progress is None else progress
-        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"), TimeRemainingColumn())
-        metrics: dict[str, float] = {}
-        with Progress(*columns, console=console, disable=not show, transient=True) as bar:
-            job = bar.add_task(f"{self.config.model.name} on {self.config.task.name}", total=cfg.steps, status="")
-            self.model.train()
-            for step in range(1, cfg.steps + 1):
+        self.model.train()
+        try:
+            for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
                 batch = self.next_batch().to(self.device)
                 loss = masked_loss(self.model(batch.inputs), batch)
                 if not torch.isfinite(loss):
                     result.status, result.error = "diverged", f"non-finite loss at step {step}"
+                    self._stopped = True
                     break
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -146,20 +162,45 @@ class Trainer:
                 result.steps = step
                 if step % cfg.eval_every and step != cfg.steps:
                     continue
-                metrics = self.evaluate()
-                seconds = time.perf_counter() - start
-                result.curve.append(EvalPoint(step=step, loss=metrics["loss"], accuracy=metrics["accuracy"], seconds=seconds))
-                bar.update(job, completed=step, status=f"acc {metrics['accuracy']:.3f}")
-                if metrics["accuracy"] >= cfg.threshold and result.steps_to_threshold is None:
+                self._metrics = self.evaluate()
+                seconds = self._seconds + time.perf_counter() - start
+                point = EvalPoint(step=step, loss=self._metrics["loss"], accuracy=self._metrics["accuracy"],
+                                  seconds=seconds)
+                result.curve.append(point)
+                if on_eval is not None:
+                    on_eval(point)
+                if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
                     result.steps_to_threshold, result.seconds_to_threshold = step, seconds
                     if cfg.early_stop:
+                        self._stopped = True
                         break
+        finally:
+            self._seconds += time.perf_counter() - start
+        return result
+
+    def finish(self) -> RunResult:
+        """The result of what was trained so far: status, final metrics, state size and training seconds."""
+        result = self._begin()
+        start = time.perf_counter()
         if result.status != "diverged":
             result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        result.metrics = metrics if result.curve and result.curve[-1].step == result.steps else self.evaluate()
+        last = result.curve[-1].step if result.curve else None
+        result.metrics = self._metrics if last == result.steps else self.evaluate()
         result.state_floats = measure_state_size(self.model, self.task.max_seq_len())
-        result.wall_seconds = time.perf_counter() - start
+        self._seconds += time.perf_counter() - start
+        result.wall_seconds = self._seconds
         return result
+
+    def run(self, progress: bool | None = None) -> RunResult:
+        console = Console(stderr=True)
+        show = console.is_terminal if progress is None else progress
+        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"), TimeRemainingColumn())
+        with Progress(*columns, console=console, disable=not show, transient=True) as bar:
+            job = bar.add_task(f"{self.config.model.name} on {self.config.task.name}", total=self.config.train.steps,
+                               status="")
+            self.train_until(self.config.train.steps, on_eval=lambda point: bar.update(
+                job, completed=point.step, status=f"acc {point.accuracy:.3f}"))
+        return self.finish()
 
 
 def train(config: RunConfig, progress: bool | None = None) -> RunResult:

@@ -1,0 +1,272 @@
+"""Learning-rate grids by successive halving (Jamieson & Talwalkar 2016, AISTATS; Hyperband's inner loop).
+
+All learning rates of a cell start; at each rung the worse ones stop and are stored as ``pruned`` with their
+curve, the rest train on, held in memory, so no step is trained twice. A run that survives to the end is
+stored exactly as the grid would store it (same config, same hash, same curve on CPU).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.sweep.executors import OnResult, _pool_worker_init, failed_result
+from sepbench.sweep.search import cell_key
+from sepbench.train.loop import Trainer
+from sepbench.train.result import RunResult
+
+Score = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Rung:
+    """Train every surviving learning rate to ``step``, then keep the best ``keep`` of them."""
+
+    step: int
+    keep: int
+
+
+def schedule(budget: int, lrs: int, eta: float = 2.0, eval_every: int = 1) -> list[Rung]:
+    """Rungs at ``budget * eta^-k`` for k = K..1, then the budget itself, where K halvings take ``lrs`` to one.
+
+    Each halving keeps ceil(n / eta). A rung's step is snapped down to the evaluation grid (a multiple of
+    ``eval_every``, at least one), so it is a point of every run's curve; halvings that snap to the same step
+    happen there at once, and ones that would reach the budget are dropped (those lrs all train in full).
+    """
+    if eta <= 1:
+        raise ValueError(f"eta must be > 1, got {eta}")
+    if budget < 1 or lrs < 1 or eval_every < 1:
+        raise ValueError(f"budget, lrs and eval_every must be >= 1, got {budget}, {lrs}, {eval_every}")
+    keeps, n = [], lrs
+    while n > 1:
+        n = math.ceil(n / eta)
+        keeps.append(n)
+    rungs: list[Rung] = []
+    for k, keep in zip(range(len(keeps), 0, -1), keeps):
+        step = max(eval_every, math.floor(budget / eta ** k / eval_every) * eval_every)
+        if step >= budget:
+            break
+        if rungs and rungs[-1].step == step:
+            rungs[-1] = Rung(step, keep)
+        else:
+            rungs.append(Rung(step, keep))
+    return rungs + [Rung(budget, rungs[-1].keep if rungs else lrs)]
+
+
+def planned_steps(rungs: Sequence[Rung], lrs: int) -> int:
+    """Steps per seed that a cell of ``lrs`` learning rates trains under ``rungs`` if no run stops early."""
+    total, alive, done = 0, lrs, 0
+    for rung in rungs:
+        total += alive * (rung.step - done)
+        alive, done = min(alive, rung.keep), rung.step
+    return total
+
+
+def rank(scores: dict[float, Score | None]) -> list[float]:
+    """Learning rates best first: higher mean accuracy, then lower mean loss, then the order given.
+
+    A learning rate without a score (one of its runs was cut before this rung) is left out.
+    """
+    scored = [(lr, score) for lr, score in scores.items() if score is not None]
+    return [lr for lr, _ in sorted(scored, key=lambda item: (-item[1][0], item[1][1]))]
+
+
+def _stopped_early(result: RunResult) -> bool:
+    if result.status in ("solved", "diverged", "failed"):
+        return True
+    return (result.status == "pruned" and result.config.train.early_stop
+            and result.steps_to_threshold is not None and result.steps_to_threshold == result.steps)
+
+
+def _finite(loss: float) -> float:
+    return loss if math.isfinite(loss) else math.inf
+
+
+def score_at(result: RunResult, step: int) -> Score | None:
+    """(accuracy, loss) of one run at a rung: its evaluation at ``step``, or its final metrics if it stopped
+    before (solved and early-stopped, diverged, failed); None if it was cut before the rung."""
+    if result.status == "failed":
+        return 0.0, math.inf
+    for point in result.curve:
+        if point.step == step:
+            return point.accuracy, _finite(point.loss)
+    if result.steps < step and _stopped_early(result):
+        return result.metrics.get("accuracy", 0.0), _finite(result.metrics.get("loss", math.inf))
+    return None
+
+
+def lr_score(results: Sequence[RunResult], step: int) -> Score | None:
+    """Mean accuracy and mean loss over the seeds of one learning rate at a rung (seeds live and die together)."""
+    scores = [score_at(result, step) for result in results]
+    if any(score is None for score in scores):
+        return None
+    return sum(s[0] for s in scores) / len(scores), sum(s[1] for s in scores) / len(scores)
+
+
+class _Run:
+    """One config of a cell: its stored result, or a Trainer held between rungs, or the result it finished with."""
+
+    def __init__(self, config: RunConfig, stored: RunResult | None) -> None:
+        self.config, self.stored = config, stored
+        self.result: RunResult | None = stored
+        self.trainer: Trainer | None = None
+        self.finished = stored is not None
+
+    def advance(self, step: int) -> None:
+        if self.finished:
+            return
+        try:
+            if self.trainer is None:
+                self.trainer = Trainer(self.config)
+            self.result = self.trainer.train_until(step)
+            if self.trainer.stopped:
+                self._finish()
+        except Exception as error:  # noqa: BLE001 - a crash of one run is that run's result
+            self.result, self.trainer, self.finished = failed_result(self.config, error), None, True
+
+    def _finish(self) -> None:
+        if self.trainer is not None:
+            self.result = self.trainer.finish()
+        self.trainer, self.finished = None, True
+
+    def close(self, pruned: bool) -> RunResult | None:
+        """The result to store now, ``pruned`` if cut (a diverged or failed run keeps its status); None if stored."""
+        if self.stored is not None:
+            return None
+        self._finish()
+        assert self.result is not None
+        if pruned and self.result.status not in ("diverged", "failed"):
+            return self.result.model_copy(update={"status": "pruned"})
+        return self.result
+
+
+@dataclass
+class HalvingOutcome:
+    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained, ``cut_at`` maps the
+    config hash of every run whose learning rate was cut (stored now or before) to the rung step of the cut."""
+
+    total: int
+    skipped: int
+    results: list[RunResult] = field(default_factory=list)
+    steps: int = 0
+    seconds: float = 0.0
+    cut_at: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results if r.status in ("failed", "diverged")]
+
+
+def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
+               on_result: OnResult | None = None) -> HalvingOutcome:
+    """Successive halving over the learning rates of one cell (its configs differ only in lr and seed).
+
+    Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
+    what the store lacks (the survivors of an interrupted rung start again from step 0). Once every seed of a
+    learning rate has solved and early-stopped, it wins and the others stop at that rung.
+    """
+    outcome = HalvingOutcome(total=len(configs), skipped=0)
+    lrs = list(dict.fromkeys(float(cfg.train.lr) for cfg in configs))
+    runs = {lr: [_Run(cfg, store.get(cfg.config_hash())) for cfg in configs if cfg.train.lr == lr] for lr in lrs}
+    outcome.skipped = sum(run.stored is not None for group in runs.values() for run in group)
+    protocol = configs[0].train
+
+    def close(lr: float, pruned: bool) -> None:
+        for run in runs[lr]:
+            result = run.close(pruned)
+            if result is not None:
+                store.put(result)
+                outcome.results.append(result)
+                outcome.steps += result.steps
+                if on_result is not None:
+                    on_result(result)
+
+    alive = lrs
+    for rung in schedule(protocol.steps, len(lrs), eta, protocol.eval_every):
+        for lr in alive:
+            for run in runs[lr]:
+                run.advance(rung.step)
+        winners = [lr for lr in alive if protocol.early_stop and all(
+            run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
+        scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
+        keep = set(winners or rank(scores)[:rung.keep])
+        for lr in alive:
+            if lr not in keep:
+                outcome.cut_at.update({run.config.config_hash(): rung.step for run in runs[lr]})
+                close(lr, pruned=True)
+        alive = [lr for lr in alive if lr in keep]
+        if winners:
+            break
+    for lr in alive:
+        close(lr, pruned=False)
+    return outcome
+
+
+def group_cells(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
+    """Configs grouped by cell (all but lr and seed), in first-seen order."""
+    cells: dict[str, list[RunConfig]] = {}
+    for cfg in configs:
+        cells.setdefault(cell_key(cfg), []).append(cfg)
+    return list(cells.values())
+
+
+def _halve_in_worker(configs_json: list[str], store_path: str, eta: float) -> tuple[list[str], int, dict[str, int]]:
+    cell = halve_cell([RunConfig.model_validate_json(c) for c in configs_json], Store(store_path), eta)
+    return [r.model_dump_json() for r in cell.results], cell.steps, cell.cut_at
+
+
+def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, eta: float = 2.0,
+                on_result: OnResult | None = None) -> HalvingOutcome:
+    """Successive halving in every cell of ``configs``; cells run in parallel on ``workers`` processes.
+
+    Each run is stored the moment its learning rate is cut or its cell ends, so a killed search resumes.
+    """
+    start = time.perf_counter()
+    outcome = HalvingOutcome(total=len(configs), skipped=0)
+    cells = group_cells(configs)
+    stored = set(store.query().config_hash) if store.path.exists() else set()
+    todo = [cell for cell in cells if any(cfg.config_hash() not in stored for cfg in cell)]
+    outcome.skipped = sum(cfg.config_hash() in stored for cfg in configs)
+
+    def collect(result: RunResult) -> None:
+        outcome.results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    if workers == 1 or len(todo) <= 1:
+        for cell in todo:
+            done = halve_cell(cell, store, eta, collect)
+            outcome.steps += done.steps
+            outcome.cut_at.update(done.cut_at)
+    else:
+        context = multiprocessing.get_context("spawn")
+        path = str(store.path.resolve())
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                                 initializer=_pool_worker_init, initargs=(os.getpid(),)) as pool:
+            futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta): cell
+                       for cell in todo}
+            remaining = set(futures)
+            while remaining:
+                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    try:
+                        results, steps, cut_at = future.result()
+                    except Exception as error:  # noqa: BLE001 - a worker that died fails the runs it left unstored
+                        results, steps, cut_at = [], 0, {}
+                        for cfg in futures[future]:
+                            if not store.has(cfg.config_hash()):
+                                failed = failed_result(cfg, error)
+                                store.put(failed)
+                                collect(failed)
+                    outcome.steps += steps
+                    outcome.cut_at.update(cut_at)
+                    for result in results:
+                        collect(RunResult.model_validate_json(result))
+    outcome.seconds = time.perf_counter() - start
+    return outcome

@@ -1,0 +1,232 @@
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from sepbench import RunConfig, Store
+from sepbench.cli import app
+from sepbench.config import ConfigError, apply_overrides
+from sepbench.sweep import SweepSpec
+from sepbench.sweep.halving import Rung, lr_score, planned_steps, rank, run_halving, schedule
+from sepbench.sweep.search import SolvedRule, min_width_table, select_lr
+from sepbench.train import EvalPoint, RunResult, train
+
+runner = CliRunner()
+LRS = [3e-2, 1e-2, 1e-3, 1e-5]
+BASE = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
+        "model": {"name": "lstm", "width": 16},
+        "train": {"steps": 40, "eval_every": 10, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5},
+        "device": "cpu"}
+SPEC = {"name": "halving", "base": BASE, "lr_grid": LRS, "seeds": [0, 1], "lr_search": "halving"}
+
+
+@pytest.mark.parametrize("budget, lrs, eta, every, rungs", [
+    (3000, 8, 2, 1, [(375, 4), (750, 2), (1500, 1), (3000, 1)]),
+    (3000, 8, 2, 100, [(300, 4), (700, 2), (1500, 1), (3000, 1)]),
+    (3000, 5, 2, 100, [(300, 3), (700, 2), (1500, 1), (3000, 1)]),
+    (900, 9, 3, 100, [(100, 3), (300, 1), (900, 1)]),
+    (60, 8, 2, 20, [(20, 1), (60, 1)]),
+    (50, 8, 2, 50, [(50, 8)]),
+    (100, 1, 2, 10, [(100, 1)]),
+])
+def test_rungs_sit_at_budget_over_eta_powers_snapped_to_the_evaluation_grid(budget, lrs, eta, every, rungs):
+    assert schedule(budget, lrs, eta, every) == [Rung(step, keep) for step, keep in rungs]
+
+
+def test_planned_steps_of_eight_lrs_are_under_a_third_of_the_grid():
+    assert planned_steps(schedule(3000, 8, 2, 1), 8) == 8 * 375 + 4 * 375 + 2 * 750 + 1500
+    assert planned_steps(schedule(3000, 8, 2, 100), 8) == 8 * 300 + 4 * 400 + 2 * 800 + 1500 < 8 * 3000 / 3
+    assert planned_steps(schedule(100, 1), 1) == 100
+    with pytest.raises(ValueError, match="eta must be > 1"):
+        schedule(100, 4, eta=1.0)
+
+
+def test_rank_by_mean_accuracy_then_loss_and_leave_out_the_unscored():
+    assert rank({1e-3: (0.5, 1.0), 1e-2: (0.5, 0.8), 1e-4: (0.9, 2.0), 1e-1: None, 1e-5: (0.5, 0.8)}) == \
+        [1e-4, 1e-2, 1e-5, 1e-3]
+
+
+def _result(lr: float, seed: int, status: str, curve: list[tuple[int, float]], **extra) -> RunResult:
+    cfg = RunConfig.build(apply_overrides(BASE, {"train.lr": lr, "seed": seed}))
+    points = [EvalPoint(step=s, loss=1 - a, accuracy=a, seconds=0.0) for s, a in curve]
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), status=status, curve=points, steps=curve[-1][0],
+                     metrics={"accuracy": curve[-1][1], "loss": 1 - curve[-1][1]}, **extra)
+
+
+def test_an_lr_is_scored_by_the_mean_over_seeds_and_a_run_cut_before_the_rung_has_no_score():
+    early = _result(1e-3, 0, "solved", [(10, 0.5), (20, 1.0)], steps_to_threshold=20)
+    running = _result(1e-3, 1, "completed", [(10, 0.2), (20, 0.4), (30, 0.6), (40, 0.8)])
+    assert lr_score([early, running], 30) == pytest.approx((0.8, 0.2))
+    assert lr_score([early, running], 10) == pytest.approx((0.35, 0.65))
+    cut = _result(1e-3, 1, "pruned", [(10, 0.2)])
+    assert lr_score([early, cut], 10) is not None and lr_score([early, cut], 20) is None
+    failed = RunResult(config=early.config, config_hash="x", status="failed", error="boom")
+    assert lr_score([failed], 10) == (0.0, math.inf)
+
+
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory):
+    """One real cell (LSTM on Index Lookup, 4 lrs x 2 seeds, 40 steps) searched by successive halving."""
+    store = Store(tmp_path_factory.mktemp("halving") / "runs.db")
+    configs = SweepSpec.build(SPEC).expand()
+    outcome = run_halving(configs, store)
+    return configs, store, outcome
+
+
+def _stored_by_lr(store: Store) -> dict[float, list[RunResult]]:
+    by_lr: dict[float, list[RunResult]] = {}
+    for result in store.results():
+        by_lr.setdefault(result.config.train.lr, []).append(result)
+    return by_lr
+
+
+def test_the_worse_half_stops_at_each_rung_and_is_stored_pruned_with_its_curve(halved):
+    configs, store, outcome = halved
+    assert len(store) == len(configs) == 8 and outcome.skipped == 0 and len(outcome.results) == 8
+    by_lr = _stored_by_lr(store)
+    alive = LRS
+    for rung in schedule(40, len(LRS), 2, 10)[:-1]:
+        order = rank({lr: lr_score(by_lr[lr], rung.step) for lr in alive})
+        for lr in order[rung.keep:]:
+            assert {(r.status, r.steps, r.curve[-1].step) for r in by_lr[lr]} == {("pruned", rung.step, rung.step)}
+        alive = order[:rung.keep]
+    (winner,) = alive
+    assert all(r.status in ("completed", "solved") and r.steps == 40 for r in by_lr[winner])
+    assert outcome.steps == planned_steps(schedule(40, 4, 2, 10), 4) * 2 == sum(r.steps for r in store.results())
+
+
+def test_a_survivor_is_the_grid_run_itself(halved):
+    configs, store, _ = halved
+    survivor = next(r for r in store.results() if r.status != "pruned")
+    grid = train(survivor.config, progress=False)
+    assert survivor.config_hash == grid.config_hash
+    assert [(p.step, p.accuracy, p.loss) for p in survivor.curve] == [(p.step, p.accuracy, p.loss) for p in grid.curve]
+    assert survivor.metrics == grid.metrics and survivor.status == grid.status
+
+
+def test_lr_selection_sees_only_the_survivor(halved):
+    _, store, _ = halved
+    (cell,) = select_lr(store.results()).itertuples()
+    survivor = next(r for r in store.results() if r.status != "pruned")
+    assert cell.best_lr == survivor.config.train.lr and cell.learning_rates == 1 and cell.seeds == 2
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stored_before_kill", [3, 4])
+def test_a_killed_search_resumes_without_training_the_stored_rung_again(halved, tmp_path, stored_before_kill):
+    configs, full, full_outcome = halved
+    store = Store(tmp_path / "runs.db")
+
+    def kill_after(result: RunResult) -> None:
+        if len(store) == stored_before_kill:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_halving(configs, store, on_result=kill_after)
+    before = {r.config_hash: r for r in store.results()}
+    assert len(before) == stored_before_kill and {r.status for r in before.values()} == {"pruned"}
+    resumed = run_halving(configs, store)
+    assert resumed.skipped == stored_before_kill
+    assert not {r.config_hash for r in resumed.results} & set(before)
+    assert resumed.steps == full_outcome.steps - sum(r.steps for r in before.values())
+    assert all(store.get(h).created_at == r.created_at for h, r in before.items())
+    summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
+    assert summary(store) == summary(full)
+    again = run_halving(configs, store)
+    assert again.steps == 0 and not again.results and again.skipped == 8
+
+
+def test_an_lr_whose_seeds_all_solved_wins_and_the_others_stop_at_that_rung(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    configs = SweepSpec.build(SPEC).expand()
+    for seed in (0, 1):
+        store.put(_result(1e-3, seed, "solved", [(10, 0.995)], steps_to_threshold=10))
+    outcome = run_halving(configs, store)
+    assert outcome.steps == 3 * 2 * 10
+    for lr, runs in _stored_by_lr(store).items():
+        expected = {("solved", 10)} if lr == 1e-3 else {("pruned", 10)}
+        assert {(r.status, r.steps) for r in runs} == expected
+    (cell,) = select_lr(store.results()).itertuples()
+    assert cell.best_lr == 1e-3 and cell.solved
+
+
+def test_a_stored_grid_run_that_solved_after_the_rung_does_not_win_it(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    configs = SweepSpec.build(SPEC).expand()
+    for seed in (0, 1):
+        store.put(_result(1e-3, seed, "solved", [(10, 0.3), (20, 0.6), (30, 0.995)], steps_to_threshold=30))
+    outcome = run_halving(configs, store)
+    assert outcome.steps == 3 * 2 * 10 + 2 * 10
+    assert sorted(outcome.cut_at.values()) == [10, 10, 10, 10, 20, 20]
+    assert {r.status for r in store.results() if r.config.train.lr != 1e-3} == {"pruned"}
+
+
+def test_pruned_runs_never_count_as_unsolved():
+    pruned = [_result(1e-3, seed, "pruned", [(10, 0.3)]) for seed in range(3)]
+    finished = [_result(1e-2, seed, "completed", [(10, 0.2), (40, 0.5)]) for seed in range(3)]
+    (cell,) = select_lr(pruned + finished).itertuples()
+    assert cell.best_lr == 1e-2 and cell.learning_rates == 1 and cell.median_accuracy == 0.5
+    assert select_lr(pruned).empty and min_width_table(pruned, SolvedRule(0.99, 1, 3)).empty
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"lr_search": "foo"}, "lr_search: Input should be 'grid' or 'halving'"),
+    ({"lr_grid": None}, "lr_search: halving needs an lr_grid"),
+    ({"halving_eta": 1}, "halving_eta = 1: Input should be greater than 1"),
+])
+def test_bad_lr_search_fails_with_one_line(data, fragment):
+    with pytest.raises(ConfigError) as caught:
+        SweepSpec.build({**SPEC, **data})
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_search_method_does_not_change_any_config_hash():
+    grid = SweepSpec.build({**SPEC, "lr_search": "grid"}).expand()
+    assert [c.config_hash() for c in grid] == [c.config_hash() for c in SweepSpec.build(SPEC).expand()]
+
+
+def test_sweep_cli_halves_resumes_and_refuses_ray(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: h\nbase: {BASE}\nlr_grid: {LRS}\nseeds: [0]\nlr_search: halving\n")
+    store = tmp_path / "runs.db"
+    ray = runner.invoke(app, ["sweep", str(spec), "--store", str(store), "--backend", "ray"])
+    assert ray.exit_code == 2 and "halving runs on the local backend only" in ray.stderr and not store.exists()
+    assert len(ray.stderr.strip().splitlines()) == 1
+    first = runner.invoke(app, ["sweep", str(spec), "--store", str(store)], terminal_width=300)
+    assert first.exit_code == 0, first.output
+    assert "by successive halving" in first.stdout and "3 pruned" in first.stdout
+    assert "80 steps trained of 160" in first.stdout
+    again = runner.invoke(app, ["sweep", str(spec), "--store", str(store)], terminal_width=300)
+    assert again.exit_code == 0 and "4 already in" in again.stdout and "0 steps trained" in again.stdout
+
+
+def test_minwidth_searches_lrs_by_halving(tmp_path):
+    store = tmp_path / "runs.db"
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12", "--widths", "16",
+            "--steps", "40", "--device", "cpu", "--store", str(store), "--m", "1", "--k", "1",
+            "--set", "train.eval_every=10", "--set", "train.eval_samples=100", "--set", "train.batch_size=32",
+            "--set", "task.options.alphabet_size=8", "--set", "train.warmup_steps=5"]
+    missing = runner.invoke(app, args + ["--lr-search", "halving"])
+    assert missing.exit_code == 2 and "--lr-search halving needs --lrs" in missing.stderr and not store.exists()
+    result = runner.invoke(app, args + ["--lrs", ",".join(map(str, LRS)), "--lr-search", "halving"],
+                           terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "best of 4 lrs (halving)" in result.stdout and "trained 4 new runs (80 steps)" in result.stdout
+    assert sorted(Store(store).query().status) == ["completed", "pruned", "pruned", "pruned"]
+
+
+@pytest.mark.slow
+def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
+    """Slow for its two spawned workers' start-up (importing torch), not for training."""
+    spec = {**SPEC, "base": apply_overrides(BASE, {"train.steps": 20}), "seeds": [0], "lr_grid": [1e-2, 1e-3],
+            "grid": {"model.width": [8, 16]}}
+    configs = SweepSpec.build(spec).expand()
+    inline, parallel = Store(tmp_path / "inline.db"), Store(tmp_path / "parallel.db")
+    run_halving(configs, inline, workers=1)
+    outcome = run_halving(configs, parallel, workers=2)
+    assert len(outcome.results) == 4 and outcome.steps == 2 * (2 * 10 + 10)
+    summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
+    assert summary(parallel) == summary(inline)
