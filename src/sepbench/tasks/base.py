@@ -91,10 +91,18 @@ class Task(ABC):
         given = [int(t) for t, m in zip(targets, mask) if m]
         return given == self.reference_answer([int(i) for i in inputs])
 
-    def correct(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Per example: True iff the argmax is right at every scored position."""
-        wrong = (logits.argmax(-1) != batch.targets) & batch.mask
+    def checked_positions(self, batch: Batch) -> torch.Tensor:
+        """Bool [B, T]: the positions whose predictions ``correct_tokens`` reads (the scored ones, by default)."""
+        return batch.mask
+
+    def correct_tokens(self, predicted: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per example: True iff the predicted tokens [B, T] are right; only ``checked_positions`` are read."""
+        wrong = (predicted != batch.targets) & batch.mask
         return ~wrong.any(dim=-1)
+
+    def correct(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per example: True iff the argmax of ``logits`` [B, T, V] is right at every scored position."""
+        return self.correct_tokens(logits.argmax(-1), batch)
 
 
 TASKS: Registry[type[Task]] = Registry("task")

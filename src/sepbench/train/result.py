@@ -10,11 +10,24 @@ from sepbench.config import RunConfig
 RunStatus = Literal["solved", "completed", "diverged", "failed", "pruned"]
 
 
+class EvalInterval(BaseModel):
+    """An exact (Clopper-Pearson) interval on accuracy over ``n`` evaluation examples at ``confidence``."""
+
+    n: int
+    low: float
+    high: float
+    confidence: float
+
+
 class EvalPoint(BaseModel):
+    """One evaluation during training; ``interval`` (absent in results stored before it existed) gives the
+    examples scored, fewer than the evaluation set where the adaptive budget decided the threshold early."""
+
     step: int
     loss: float
     accuracy: float
     seconds: float
+    interval: EvalInterval | None = None
 
 
 class RunResult(BaseModel):
@@ -25,6 +38,7 @@ class RunResult(BaseModel):
     config_hash: str
     status: RunStatus
     metrics: dict[str, float] = Field(default_factory=dict, description="final evaluation metrics")
+    intervals: dict[str, EvalInterval] = Field(default_factory=dict, description="per final accuracy metric")
     curve: list[EvalPoint] = Field(default_factory=list)
     steps: int = 0
     steps_to_threshold: int | None = None

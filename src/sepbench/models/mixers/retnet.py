@@ -102,6 +102,10 @@ class MultiScaleRetention(Mixer):
         """Closed form: H d^2 = D^2 / H, whatever the length."""
         return self.heads * self.head_dim**2
 
+    def activation_floats(self, length: int) -> int:
+        """The parallel form's two H x T x T score tensors, plus the per-position default."""
+        return 2 * self.heads * length**2 + super().activation_floats(length)
+
     def flops(self, length: int) -> int:
         """Q, K, V, gate and output projections 10 T D^2; the parallel form's two T x T products 4 T^2 D."""
         return 10 * length * self.width**2 + 4 * length**2 * self.width
