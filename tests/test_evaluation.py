@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from sepbench import RunConfig, train
 from sepbench.config import ModelConfig
 from sepbench.models import build_model
-from sepbench.tasks import build_task
+from sepbench.tasks import Task, build_task
 from sepbench.train.loop import Trainer, evaluate, evaluate_rows, masked_loss
 from sepbench.train.memory import CPU_BUDGET_BYTES, chunk_rows, row_bytes
 from sepbench.train.result import RunResult
@@ -66,6 +66,11 @@ def test_evaluation_matches_the_full_head_path(task_name):
     loss, accuracy = evaluate(model, task, batch, chunk=64, device=CPU)
     assert accuracy == full_accuracy
     assert math.isclose(loss, full_loss, rel_tol=1e-12)
+
+
+def test_a_task_that_scores_logits_itself_is_refused_at_definition():
+    with pytest.raises(TypeError, match="override correct_tokens"):
+        type("LogitTask", (Task,), {"correct": lambda self, logits, batch: logits.argmax(-1) == batch.targets})
 
 
 def test_chunks_are_sized_by_memory_and_do_not_change_the_result():

@@ -52,6 +52,12 @@ class Task(ABC):
     deduplicated_split: ClassVar[bool] = False
     """Whether ``sample_split`` builds the fixed data set (distinct training rows, test disjoint from them)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "correct" in vars(cls):
+            raise TypeError(f"{cls.__name__} overrides correct; override correct_tokens (and checked_positions "
+                            "where it reads unscored positions): evaluation computes logits only where those say")
+
     def __init__(self, length: int, options: dict[str, Any] | None = None) -> None:
         self.length = length
         self.options = self.Options.model_validate(options or {})
@@ -92,7 +98,8 @@ class Task(ABC):
         return given == self.reference_answer([int(i) for i in inputs])
 
     def checked_positions(self, batch: Batch) -> torch.Tensor:
-        """Bool [B, T]: the positions whose predictions ``correct_tokens`` reads (the scored ones, by default)."""
+        """Bool [B, T]: the positions whose predictions ``correct_tokens`` reads; the scored ones, by default,
+        and always at least those (the evaluation loss is taken from the logits computed here)."""
         return batch.mask
 
     def correct_tokens(self, predicted: torch.Tensor, batch: Batch) -> torch.Tensor:
