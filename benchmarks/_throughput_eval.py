@@ -66,12 +66,13 @@ def head_speedups(examples: int, repeats: int) -> tuple[Ratio, Ratio]:
             masked_loss(logits, batch).backward()
             trainer.optimizer.step()
 
+    model = trainer.model
     full_step, scored_step, full_eval, scored_eval = [], [], [], []
     for _ in range(repeats):
         full_step.append(timed(lambda: steps(False), 1)[0] / len(batches))
         scored_step.append(timed(lambda: steps(True), 1)[0] / len(batches))
         full_eval.append(timed(lambda: full_head_evaluation(trainer, evaluation), 1)[0])
-        scored_eval.append(timed(lambda: evaluate_rows(trainer.model, trainer.task, evaluation, 1000, trainer.device), 1)[0])
+        scored_eval.append(timed(lambda: evaluate_rows(model, trainer.task, evaluation, 1000, trainer.device), 1)[0])
 
     def ratio(name: str, full: list[float], scored: list[float], target: float, what: str) -> Ratio:
         ratios = [f / s for f, s in zip(full, scored)]
