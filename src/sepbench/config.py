@@ -85,7 +85,9 @@ class TrainConfig(StrictModel):
     train_size: int = Field(10_000, ge=1, description="examples in the fixed training set")
     eval_every: int = Field(100, ge=1)
     eval_samples: int = Field(5000, ge=1)
-    eval_batch_size: int = Field(1000, ge=1)
+    eval_batch_size: int = Field(1000, ge=1, description="most rows per evaluation chunk; fewer where memory says")
+    eval_budget: Literal["full", "adaptive"] = Field(
+        "adaptive", description="adaptive: stop an evaluation once its interval decides the threshold")
     threshold: float = Field(0.99, gt=0.0, le=1.0)
     early_stop: bool = True
 

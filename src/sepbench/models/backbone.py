@@ -66,7 +66,14 @@ class Block(nn.Module):
         self.mlp = MLP(config.width, config.mlp_ratio, config.dropout) if config.mlp else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.mixer(self.norm_mix(x)))
+        return self.feed(self.mix(x))
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual mixer step over the whole sequence [B, T, D]."""
+        return x + self.drop(self.mixer(self.norm_mix(x)))
+
+    def feed(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual MLP step; per position, so ``x`` may be any [..., D] selection of positions."""
         if self.mlp is not None:
             x = x + self.mlp(self.norm_mlp(x))
         return x
@@ -128,13 +135,21 @@ class SequenceModel(nn.Module):
             x = x + self.positions(positions)
         return self.drop(x)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [B, T, V] for tokens [B, T], every position attending only to its past."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V] for tokens [B, T], every position attending only to its past.
+
+        With ``positions`` (bool [B, T]) only the logits at the True positions, [M, V] in row-major order
+        (``logits[positions]`` of the full call): the last block's MLP, the final norm and the head, all per
+        position, then run on those M rows alone.
+        """
         length = tokens.shape[1]
         x = self._embed(tokens, torch.arange(length, device=tokens.device), length)
-        for block in self.blocks:
+        for block in self.blocks[:-1]:
             x = block(x)
-        return self.head(self.norm(x))
+        x = self.blocks[-1].mix(x)
+        if positions is not None:
+            x = x[positions]
+        return self.head(self.norm(self.blocks[-1].feed(x)))
 
     def init_state(self, batch_size: int, device: torch.device | None = None) -> DecodeState:
         param = next(self.parameters())

@@ -52,6 +52,12 @@ class Task(ABC):
     deduplicated_split: ClassVar[bool] = False
     """Whether ``sample_split`` builds the fixed data set (distinct training rows, test disjoint from them)."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "correct" in vars(cls):
+            raise TypeError(f"{cls.__name__} overrides correct; override correct_tokens (and checked_positions "
+                            "where it reads unscored positions): evaluation computes logits only where those say")
+
     def __init__(self, length: int, options: dict[str, Any] | None = None) -> None:
         self.length = length
         self.options = self.Options.model_validate(options or {})
@@ -91,10 +97,19 @@ class Task(ABC):
         given = [int(t) for t, m in zip(targets, mask) if m]
         return given == self.reference_answer([int(i) for i in inputs])
 
-    def correct(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Per example: True iff the argmax is right at every scored position."""
-        wrong = (logits.argmax(-1) != batch.targets) & batch.mask
+    def checked_positions(self, batch: Batch) -> torch.Tensor:
+        """Bool [B, T]: the positions whose predictions ``correct_tokens`` reads; the scored ones, by default,
+        and always at least those (the evaluation loss is taken from the logits computed here)."""
+        return batch.mask
+
+    def correct_tokens(self, predicted: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per example: True iff the predicted tokens [B, T] are right; only ``checked_positions`` are read."""
+        wrong = (predicted != batch.targets) & batch.mask
         return ~wrong.any(dim=-1)
+
+    def correct(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per example: True iff the argmax of ``logits`` [B, T, V] is right at every scored position."""
+        return self.correct_tokens(logits.argmax(-1), batch)
 
 
 TASKS: Registry[type[Task]] = Registry("task")

@@ -159,10 +159,14 @@ class EqNCP(Equality):
         u, _ = self._halves(inputs, self.sep_id, self.pad_id)
         return list(u)
 
-    def correct(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-        predicted = logits.argmax(-1)
+    def free_prefix(self, batch: Batch) -> torch.Tensor:
+        """Bool [B, T]: the positions before [sep], where any symbol or [sep] is a right prediction."""
+        return torch.cumsum((batch.inputs == self.sep_id).long(), dim=-1) == 0
+
+    def checked_positions(self, batch: Batch) -> torch.Tensor:
+        return batch.mask | self.free_prefix(batch)
+
+    def correct_tokens(self, predicted: torch.Tensor, batch: Batch) -> torch.Tensor:
         copies_right = ~((predicted != batch.targets) & batch.mask).any(dim=-1)
-        seen_sep = torch.cumsum((batch.inputs == self.sep_id).long(), dim=-1) > 0
-        free_prefix = ~seen_sep
-        free_right = ~(free_prefix & (predicted == self.pad_id)).any(dim=-1)
+        free_right = ~(self.free_prefix(batch) & (predicted == self.pad_id)).any(dim=-1)
         return copies_right & free_right

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from sepbench.models import SequenceModel
 from sepbench.tasks import Batch, Task
+from sepbench.train.memory import chunk_rows, memory_budget
 
 
 @torch.no_grad()
@@ -76,14 +77,19 @@ def generation_metrics(model: SequenceModel, task: Task, batch: Batch, cache: bo
 @torch.no_grad()
 def evaluate_by_generation(model: SequenceModel, task: Task, batch: Batch, chunk: int,
                            device: torch.device) -> dict[str, float]:
-    """Teacher-forced loss, final-answer accuracy and whole-CoT exact match by greedy generation."""
+    """Teacher-forced loss, final-answer accuracy and whole-CoT exact match by greedy generation.
+
+    Chunks hold at most ``chunk`` rows, fewer where the device's memory budget says so.
+    """
     was_training = model.training
     model.eval()
     loss_sum, scored, answers, exact = 0.0, 0, 0, 0
+    seq_len = max(batch.inputs.shape[1], model.max_len + 1)
+    chunk = chunk_rows(model, seq_len, int(batch.mask.sum(dim=1).max()), memory_budget(device), chunk)
     for start in range(0, len(batch), chunk):
         part = batch.slice(start, start + chunk).to(device)
-        logits = model(part.inputs)
-        loss_sum += float(F.cross_entropy(logits[part.mask], part.targets[part.mask], reduction="sum"))
+        logits = model(part.inputs, positions=part.mask)
+        loss_sum += float(F.cross_entropy(logits, part.targets[part.mask], reduction="sum"))
         scored += int(part.mask.sum())
         result = generation_metrics(model, task, part)
         answers += int(result["answer"].sum())

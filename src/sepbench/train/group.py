@@ -27,9 +27,9 @@ from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters, measure_state_size
 from sepbench.tasks import Batch
-from sepbench.train.environment import git_commit, package_version
-from sepbench.train.loop import Trainer, lr_factor, train
-from sepbench.train.result import EvalPoint, RunResult
+from sepbench.train.environment import code_version, git_commit, package_version
+from sepbench.train.loop import Assessment, Trainer, lr_factor, stored_interval, train
+from sepbench.train.result import RunResult
 
 PER_MEMBER_MIXERS = {"lstm", "mamba"}
 """Mixers whose core has no batching rule (``aten::lstm``, the scan's autograd.Function): run one member at a time."""
@@ -178,9 +178,9 @@ class _Member:
         self.result = RunResult(
             config=config, config_hash=config.config_hash(), status="completed",
             parameters=count_parameters(self.trainer.model), device=str(self.trainer.device),
-            version=package_version(), git_commit=git_commit(),
+            version=package_version(), code_version=code_version(), git_commit=git_commit(),
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        self.metrics: dict[str, float] = {}
+        self.assessment: Assessment | None = None
 
     def load(self, names: list[str], params: list[torch.Tensor], k: int) -> None:
         """Copy member slice ``k`` of the stacked parameters into this member's own model."""
@@ -193,7 +193,10 @@ class _Member:
         result, trainer = self.result, self.trainer
         if result.status != "diverged":
             result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        result.metrics = self.metrics if result.curve and result.curve[-1].step == result.steps else trainer.evaluate()
+        current = self.assessment if result.curve and result.curve[-1].step == result.steps else None
+        final = trainer.assess(full=True, resume=current)
+        result.metrics = final.metrics
+        result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
         result.state_floats = measure_state_size(trainer.model, trainer.task.max_seq_len())
         result.wall_seconds = time.perf_counter() - start
         return result
@@ -321,11 +324,12 @@ class _GroupRun:
         for position, index in enumerate(self.active):
             member = self.members[index]
             member.load(self.names, self.params, position)
-            member.metrics = metrics = member.trainer.evaluate()
+            member.assessment = member.trainer.assess()
             seconds = time.perf_counter() - start
             result = member.result
-            result.curve.append(EvalPoint(step=step, loss=metrics["loss"], accuracy=metrics["accuracy"], seconds=seconds))
-            if metrics["accuracy"] >= cfg.threshold and result.steps_to_threshold is None:
+            point = member.assessment.point(step, seconds)
+            result.curve.append(point)
+            if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
                 result.steps_to_threshold, result.seconds_to_threshold = step, seconds
                 if cfg.early_stop:
                     solved.append(position)

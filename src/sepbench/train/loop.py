@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -19,14 +20,19 @@ from sepbench.train.decode import evaluate_by_generation
 from sepbench.train.environment import (
     code_version, data_rng, git_commit, package_version, resolve_device, seed_everything,
 )
-from sepbench.train.result import EvalPoint, RunResult
+from sepbench.train.memory import chunk_rows, memory_budget
+from sepbench.train.result import EvalInterval, EvalPoint, RunResult
+from sepbench.train.sequential import Interval, clopper_pearson, run_looks
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
 
 
 def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Cross-entropy over the scored positions only."""
-    return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+    """Cross-entropy over the scored positions only; ``logits`` at every position [B, T, V] or, as
+    ``model(inputs, positions=batch.mask)`` gives them, at the scored positions alone [M, V]."""
+    if logits.dim() == 3:
+        logits = logits[batch.mask]
+    return F.cross_entropy(logits, batch.targets[batch.mask])
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -46,20 +52,100 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+@dataclass
+class Tally:
+    """Running sums of one teacher-forced evaluation: the first ``examples`` rows, how many were right,
+    and the summed loss over their ``scored`` tokens."""
+
+    examples: int = 0
+    correct: int = 0
+    scored: int = 0
+    loss_sum: float = 0.0
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(1, self.scored)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / max(1, self.examples)
+
+
 @torch.no_grad()
-def evaluate(model: SequenceModel, task: Task, batch: Batch, chunk: int, device: torch.device) -> tuple[float, float]:
-    """Teacher-forced (loss, accuracy) over ``batch``; an example counts only if every scored token is right."""
+def evaluate_rows(model: SequenceModel, task: Task, batch: Batch, chunk: int, device: torch.device,
+                  stop: int | None = None, tally: Tally | None = None) -> Tally:
+    """Add rows ``tally.examples`` up to ``stop`` (default: all) of ``batch`` to ``tally`` (default: empty).
+
+    Chunks hold at most ``chunk`` rows, fewer where the device's memory budget says so; the model computes
+    logits only at the task's checked positions. An example counts only if ``task.correct_tokens`` says so.
+    """
+    tally = Tally() if tally is None else Tally(**vars(tally))
+    stop = len(batch) if stop is None else min(stop, len(batch))
+    if tally.examples >= stop:
+        return tally
+    checked_per_row = int(task.checked_positions(batch).sum(dim=1).max())
+    rows = chunk_rows(model, batch.inputs.shape[1], checked_per_row, memory_budget(device), chunk)
     was_training = model.training
     model.eval()
-    loss_sum, correct, scored = 0.0, 0, 0
-    for start in range(0, len(batch), chunk):
-        part = batch.slice(start, start + chunk).to(device)
-        logits = model(part.inputs)
-        loss_sum += float(F.cross_entropy(logits[part.mask], part.targets[part.mask], reduction="sum"))
-        scored += int(part.mask.sum())
-        correct += int(task.correct(logits, part).sum())
+    for start in range(tally.examples, stop, rows):
+        part = batch.slice(start, min(start + rows, stop)).to(device)
+        checked = task.checked_positions(part)
+        logits = model(part.inputs, positions=checked)
+        loss_sum = F.cross_entropy(logits[part.mask[checked]], part.targets[part.mask], reduction="sum")
+        predicted = torch.full_like(part.targets, -1)
+        predicted[checked] = logits.argmax(-1)
+        tally.loss_sum += float(loss_sum)
+        tally.scored += int(part.mask.sum())
+        tally.correct += int(task.correct_tokens(predicted, part).sum())
+        tally.examples += len(part)
     model.train(was_training)
-    return loss_sum / max(1, scored), correct / len(batch)
+    return tally
+
+
+@torch.no_grad()
+def evaluate(model: SequenceModel, task: Task, batch: Batch, chunk: int, device: torch.device) -> tuple[float, float]:
+    """Teacher-forced (loss, accuracy) over all of ``batch``; an example counts only if every scored token is right."""
+    tally = evaluate_rows(model, task, batch, chunk, device)
+    return tally.loss, tally.accuracy
+
+
+@torch.no_grad()
+def evaluate_sequential(model: SequenceModel, task: Task, batch: Batch, chunk: int, device: torch.device,
+                        threshold: float | None = None, tally: Tally | None = None) -> tuple[Tally, Interval]:
+    """Evaluate ``batch`` look by look (``sequential.looks``), resuming ``tally`` if given.
+
+    With ``threshold``, stop at the first look whose Clopper-Pearson interval decides it (``sequential.run_looks``).
+    Chunks end at the looks whatever the budget, so the sums at a look are the same however it was reached.
+    """
+    tally = tally or Tally()
+
+    def count(n: int) -> int:
+        nonlocal tally
+        tally = evaluate_rows(model, task, batch, chunk, device, stop=n, tally=tally)
+        return tally.correct
+
+    interval = run_looks(count, len(batch), threshold, start=tally.examples)
+    return tally, interval
+
+
+@dataclass
+class Assessment:
+    """One evaluation of the model: metrics by name, an accuracy interval per accuracy metric, and the
+    teacher-forced sums per evaluation length (so a later full evaluation can resume them)."""
+
+    metrics: dict[str, float]
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    tallies: dict[int, Tally] = field(default_factory=dict)
+
+    def point(self, step: int, seconds: float) -> EvalPoint:
+        return EvalPoint(step=step, loss=self.metrics["loss"], accuracy=self.metrics["accuracy"], seconds=seconds,
+                         interval=stored_interval(self.intervals.get("accuracy")))
+
+
+def stored_interval(interval: Interval | None) -> EvalInterval | None:
+    if interval is None:
+        return None
+    return EvalInterval(n=interval.n, low=interval.low, high=interval.high, confidence=interval.confidence)
 
 
 class Trainer:
@@ -86,7 +172,7 @@ class Trainer:
         elif config.train.data == "fixed":
             self.fixed = self.task.sample_train(config.train.train_size, self.train_rng)
         self.result: RunResult | None = None
-        self._metrics: dict[str, float] = {}
+        self._assessment: Assessment | None = None
         self._seconds = 0.0
         self._stopped = False
 
@@ -101,20 +187,35 @@ class Trainer:
         used = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else mask.shape[1]
         return Batch(self.fixed.inputs[rows, :used], self.fixed.targets[rows, :used], mask[:, :used])
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, full: bool = False) -> dict[str, float]:
+        """Metrics on every evaluation set, under ``train.eval_budget`` unless ``full``."""
+        return self.assess(full).metrics
+
+    def assess(self, full: bool = False, resume: Assessment | None = None) -> Assessment:
+        """Evaluate every evaluation set; teacher-forced ones stop early under the adaptive budget unless
+        ``full``. ``resume``: an earlier assessment of the unchanged model whose sums are extended."""
+        if resume is not None and self.task.evaluation == "generate":
+            return resume
         chunk = self.config.train.eval_batch_size
-        metrics: dict[str, float] = {}
+        adaptive = self.config.train.eval_budget == "adaptive" and not full
+        threshold = self.config.train.threshold if adaptive else None
+        result = Assessment({})
         for n, batch in self.eval_sets.items():
+            name = "accuracy" if n == self.config.task.length else f"accuracy@{n}"
             if self.task.evaluation == "generate":
                 found = evaluate_by_generation(self.model, self.task, batch, chunk, self.device)
+                result.intervals[name] = clopper_pearson(round(found["accuracy"] * len(batch)), len(batch))
             else:
-                loss, acc = evaluate(self.model, self.task, batch, chunk, self.device)
-                found = {"loss": loss, "accuracy": acc}
+                earlier = resume.tallies.get(n) if resume is not None else None
+                tally, result.intervals[name] = evaluate_sequential(
+                    self.model, self.task, batch, chunk, self.device, threshold, earlier)
+                result.tallies[n] = tally
+                found = {"loss": tally.loss, "accuracy": tally.accuracy}
             if n == self.config.task.length:
-                metrics.update(found)
+                result.metrics.update(found)
             else:
-                metrics.update({f"{name}@{n}": value for name, value in found.items() if name != "loss"})
-        return metrics
+                result.metrics.update({f"{key}@{n}": value for key, value in found.items() if key != "loss"})
+        return result
 
     @property
     def stopped(self) -> bool:
@@ -148,7 +249,7 @@ class Trainer:
         try:
             for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
                 batch = self.next_batch().to(self.device)
-                loss = masked_loss(self.model(batch.inputs), batch)
+                loss = masked_loss(self.model(batch.inputs, positions=batch.mask), batch)
                 if not torch.isfinite(loss):
                     result.status, result.error = "diverged", f"non-finite loss at step {step}"
                     self._stopped = True
@@ -162,10 +263,9 @@ class Trainer:
                 result.steps = step
                 if step % cfg.eval_every and step != cfg.steps:
                     continue
-                self._metrics = self.evaluate()
+                self._assessment = self.assess()
                 seconds = self._seconds + time.perf_counter() - start
-                point = EvalPoint(step=step, loss=self._metrics["loss"], accuracy=self._metrics["accuracy"],
-                                  seconds=seconds)
+                point = self._assessment.point(step, seconds)
                 result.curve.append(point)
                 if on_eval is not None:
                     on_eval(point)
@@ -184,8 +284,10 @@ class Trainer:
         start = time.perf_counter()
         if result.status != "diverged":
             result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        last = result.curve[-1].step if result.curve else None
-        result.metrics = self._metrics if last == result.steps else self.evaluate()
+        current = self._assessment if result.curve and result.curve[-1].step == result.steps else None
+        final = self.assess(full=True, resume=current)
+        result.metrics = final.metrics
+        result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
         result.state_floats = measure_state_size(self.model, self.task.max_seq_len())
         self._seconds += time.perf_counter() - start
         result.wall_seconds = self._seconds

@@ -1,4 +1,5 @@
-"""How much memory a run needs, estimated before anything is allocated, and what the device has free."""
+"""Memory: what a run needs (estimated before anything is allocated), what the device has free, and how many
+rows one evaluation chunk may take."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from sepbench.config import RunConfig
+from sepbench.models import SequenceModel
 
 FLOAT_BYTES = 4
 TOKEN_BYTES = 8 + 8 + 1
@@ -15,8 +17,10 @@ OPTIMIZER_COPIES = 4
 SAVED_FLOATS_PER_UNIT = 160
 """Upper bound on the floats saved for backward per (example, token, width unit, layer): the largest the zoo
 measured on the meta device was about 80 (the LSTM's gates and cell states), so this overestimates."""
-EVAL_HIDDEN_COPIES = 8
-"""Hidden-size tensors alive at once in a no-grad forward pass (residual, norm, mixer and MLP outputs)."""
+CPU_BUDGET_BYTES = 256 * 2**20
+"""Evaluation working memory on a CPU: small enough to stay clear of swapping, large enough for full BLAS speed."""
+CUDA_BUDGET_SHARE = 0.25
+"""Share of the accelerator's free memory one evaluation chunk may take."""
 EXACT_ABOVE = 0.25
 """When the quick upper bound exceeds this share of free memory, the activations are traced instead."""
 TRACE_TOKENS = 1024
@@ -53,7 +57,28 @@ def gib(count: int) -> str:
     return f"{count / 2**30:.3g} GiB"
 
 
-def _model_on_meta(config: RunConfig, vocab_size: int, max_len: int) -> torch.nn.Module:
+def memory_budget(device: torch.device) -> int:
+    """Bytes one evaluation chunk may use on ``device``."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * CUDA_BUDGET_SHARE)
+    return CPU_BUDGET_BYTES
+
+
+def row_bytes(model: SequenceModel, seq_len: int, logits_per_row: int) -> int:
+    """Bytes one example takes in a no-grad forward: its widest block's activations (``activation_floats``)
+    and its logits at ``logits_per_row`` positions."""
+    element = next(model.parameters()).element_size()
+    activations = max(block.mixer.activation_floats(seq_len) for block in model.blocks)
+    return element * (activations + logits_per_row * model.head.out_features)
+
+
+def chunk_rows(model: SequenceModel, seq_len: int, logits_per_row: int, budget: int, cap: int) -> int:
+    """Rows per evaluation chunk: as many as ``budget`` bytes hold, at most ``cap``, at least one."""
+    return max(1, min(cap, budget // row_bytes(model, seq_len, logits_per_row)))
+
+
+def _model_on_meta(config: RunConfig, vocab_size: int, max_len: int) -> SequenceModel:
     from sepbench.models import build_model
 
     with torch.device("meta"):
@@ -94,8 +119,8 @@ def estimate_memory(config: RunConfig, free: int | None = None) -> MemoryEstimat
     width, layers = config.model.width, config.model.layers
     activations = train.batch_size * tokens * (SAVED_FLOATS_PER_UNIT * width * layers + 2 * task.vocab_size)
     activations *= FLOAT_BYTES
-    rows = min(train.eval_batch_size, train.eval_samples)
-    evaluation = rows * max_len * (task.vocab_size + EVAL_HIDDEN_COPIES * width) * FLOAT_BYTES
+    rows = chunk_rows(model, max_len, max_len, CPU_BUDGET_BYTES, min(train.eval_batch_size, train.eval_samples))
+    evaluation = rows * row_bytes(model, max_len, max_len)
     data = sum(train.eval_samples * task.max_seq_len(n) for n in lengths) * TOKEN_BYTES
     if train.data == "fixed":
         data += train.train_size * tokens * TOKEN_BYTES

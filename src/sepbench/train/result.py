@@ -20,13 +20,26 @@ def _null_as_nan(value: Any) -> Any:
     return math.nan if value is None else value
 
 
+class EvalInterval(BaseModel):
+    """An exact (Clopper-Pearson) interval on accuracy over ``n`` evaluation examples at ``confidence``."""
+
+    n: int
+    low: float
+    high: float
+    confidence: float
+
+
 class EvalPoint(BaseModel):
+    """One evaluation during training; ``interval`` (absent in results stored before it existed) gives the
+    examples scored, fewer than the evaluation set where the adaptive budget decided the threshold early."""
+
     model_config = NON_FINITE_JSON
 
     step: int
     loss: float
     accuracy: float
     seconds: float
+    interval: EvalInterval | None = None
 
     @field_validator("loss", "accuracy", mode="before")
     @classmethod
@@ -44,6 +57,7 @@ class RunResult(BaseModel):
     config_hash: str
     status: RunStatus
     metrics: dict[str, float] = Field(default_factory=dict, description="final evaluation metrics")
+    intervals: dict[str, EvalInterval] = Field(default_factory=dict, description="per final accuracy metric")
     curve: list[EvalPoint] = Field(default_factory=list)
     steps: int = 0
     steps_to_threshold: int | None = None

@@ -120,6 +120,10 @@ class MambaBlock(Mixer):
         """Closed form: E (K - 1) convolution inputs plus E N SSM state, whatever the length."""
         return self.inner * (self.conv.kernel_size[0] - 1 + self.state_size)
 
+    def activation_floats(self, length: int) -> int:
+        """The scan's E N states and about 8 E-wide activations a position (measured 48 widths at the defaults)."""
+        return length * self.inner * (self.state_size + 8)
+
     def flops(self, length: int) -> int:
         """in/out projections 6 T D E, x_proj 2 T E (R + 2N), dt_proj 2 T R E, conv 2 E K (T + K - 1), C h 2 T E N."""
         e, n, r, k = self.inner, self.state_size, self.dt_rank, self.conv.kernel_size[0]

@@ -120,6 +120,10 @@ class MultiScaleRetention(Mixer):
         """Closed form: H d^2 = D^2 / H, whatever the length."""
         return self.heads * self.head_dim**2
 
+    def activation_floats(self, length: int) -> int:
+        """The parallel form's two H x T x T score tensors, plus the per-position default."""
+        return 2 * self.heads * length**2 + super().activation_floats(length)
+
     def flops(self, length: int) -> int:
         """Projections 10 T D^2; parallel: the two T x T products 4 T^2 D; chunkwise (T' = T padded to C):
         the in-chunk products 4 T' C D and the state terms K^T V and Q S, 4 T' d D."""
