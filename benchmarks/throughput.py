@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from _throughput_common import Ratio  # noqa: E402
 
-MEASUREMENTS: list[str] = []
+MEASUREMENTS: list[str] = ["_throughput_sweep"]
 
 
 def main() -> int:

@@ -1,11 +1,12 @@
 """The ``sepbench`` command line: each command parses, calls the library, prints."""
 from __future__ import annotations
 
+import gc
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, ContextManager, Iterator, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
@@ -18,6 +19,7 @@ from sepbench.config import (
 from sepbench.registry import UnknownNameError
 
 if TYPE_CHECKING:
+    from sepbench.sweep.executors import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
 app = typer.Typer(
@@ -188,12 +190,22 @@ def run(
     assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),
     force: bool = typer.Option(False, help="train again even if the store has this config"),
     progress: Optional[bool] = typer.Option(None, help="show a progress bar [default: when on a terminal]"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="intra-op CPU threads [default: $SEPBENCH_THREADS, else 1: a second thread gains little "
+        "on these model sizes and loses 5-25x when another job holds a core; see docs/sweeps.md]"),
 ) -> None:
     """Train one model on one task and store the result."""
+    import torch
+
     from sepbench.store import Store
     from sepbench.train import train
+    from sepbench.train.environment import default_threads
 
     with bad_input_exits():
+        try:
+            torch.set_num_threads(default_threads(threads))
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
                  "model.heads": heads, "task.length": length, "task.eval_lengths": lengths, "train.steps": steps,
@@ -358,36 +370,73 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
     device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
 ) -> None:
-    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume."""
+    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
+
+    Ctrl-C stops the sweep within a second or two (workers are terminated); finished runs stay stored.
+    """
     from sepbench.store import Store
     from sepbench.sweep import SweepSpec, pending, run_sweep
     from sepbench.sweep.progress import SweepProgress
 
-    with bad_input_exits():
-        spec = SweepSpec.from_yaml(spec_file)
-        if device is not None:
-            spec.base = apply_overrides(spec.base, {"device": device})
-        configs = spec.expand()
     db = Store(store)
-    todo = pending(configs, db)
-    out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
-              f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
-    if dry_run:
-        for cfg in todo:
-            flat = _flatten(cfg.model_dump(mode="json"))
-            out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
-                      highlight=False, soft_wrap=True)
-        return
-    with SweepProgress(spec.name, len(todo), err) as progress:
-        try:
-            outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
-                                on_result=progress.advance)
-        except RuntimeError as problem:
-            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(BAD_INPUT) from None
+    todo: list[RunConfig] = []
+    try:
+        with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
+            with bad_input_exits():
+                spec = SweepSpec.from_yaml(spec_file)
+                if device is not None:
+                    spec.base = apply_overrides(spec.base, {"device": device})
+                configs = spec.expand()
+                threads = _threads()
+            todo = pending(configs, db)
+            out.print(f"sweep '{spec.name}': {len(configs)} runs, {len(configs) - len(todo)} already in {db.path}, "
+                      f"{len(todo)} to train ({backend.value}, {workers} workers)", highlight=False, soft_wrap=True)
+            if dry_run:
+                for cfg in todo:
+                    flat = _flatten(cfg.model_dump(mode="json"))
+                    out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
+                              highlight=False, soft_wrap=True)
+                return
+            with SweepProgress(spec.name, len(todo), err) as progress:
+                try:
+                    outcome = run_sweep(todo, db, workers=workers, backend=backend.value, address=address,
+                                        on_result=progress.advance, pool=pool, threads=threads)
+                except RuntimeError as problem:
+                    err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+                    raise typer.Exit(BAD_INPUT) from None
+    except KeyboardInterrupt:
+        left = len(pending(todo, db))
+        _interrupted(f"{len(todo) - left} of {len(todo)} runs finished", db.path)
     failed = len(outcome.failed)
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
+
+
+INTERRUPTED = 130
+
+
+def _warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
+    """With several workers, start them at once: they import torch while this process reads the spec."""
+    if workers == 1:
+        return nullcontext()
+    from sepbench.sweep.executors import WorkerPool
+
+    return WorkerPool(workers)
+
+
+def _threads() -> int:
+    from sepbench.train.environment import default_threads
+
+    try:
+        return default_threads()
+    except ValueError as problem:
+        raise ConfigError(str(problem)) from None
+
+
+def _interrupted(finished: str, path: Path) -> NoReturn:
+    err.print(f"interrupted: {finished} and stored in {path}; rerun the same command to resume",
+              markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(INTERRUPTED)
 
 
 def _parse_ints(text: str, option: str) -> list[int]:
@@ -420,26 +469,35 @@ def minwidth(
 ) -> None:
     """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law."""
     from sepbench.store import Store
-    from sepbench.sweep.progress import SweepProgress
-    from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
 
-    with bad_input_exits():
-        try:
-            rule = SolvedRule(threshold, k, m)
-        except ValueError as problem:
-            raise ConfigError(str(problem)) from None
-        grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
-        data = load_yaml(config) if config else {}
-        flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
-        base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
-                               parse_assignments(assignments))
-        for n in grid_lengths:
-            for w in grid_widths:
-                RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
     db = Store(store)
-    most_visited = len(set(grid_widths)).bit_length()
-    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
-    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance)
+    before = len(db)
+    try:
+        with _warm_pool(workers) as pool:
+            from sepbench.sweep.progress import SweepProgress
+            from sepbench.sweep.search import SolvedRule, fit_log_law, fit_power_law, search_min_width
+
+            with bad_input_exits():
+                try:
+                    rule = SolvedRule(threshold, k, m)
+                except ValueError as problem:
+                    raise ConfigError(str(problem)) from None
+                grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+                data = load_yaml(config) if config else {}
+                flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
+                         "device": device}
+                base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
+                                       parse_assignments(assignments))
+                for n in grid_lengths:
+                    for w in grid_widths:
+                        RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+                threads = _threads()
+            most_visited = len(set(grid_widths)).bit_length()
+            progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m, err, live=False)
+            search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
+                                      on_result=progress.advance, pool=pool, threads=threads)
+    except KeyboardInterrupt:
+        _interrupted(f"{len(db) - before} runs finished", db.path)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     table = Table(title=f"smallest width: {model}, {depth}, on {task}; solved = {rule}")
@@ -586,7 +644,10 @@ def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        gc.freeze()  # the interpreter's last collections would otherwise walk every torch object: ~0.3-1.5 s at exit
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ import os
 import sqlite3
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterator
 
 from sepbench.train.result import RunResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_STORE = "sepbench.db"
 STORE_ENV = "SEPBENCH_STORE"
@@ -118,8 +119,17 @@ class Store:
             rows = conn.execute(f"SELECT result FROM runs{sql} ORDER BY created_at, config_hash", args).fetchall()
         return [RunResult.model_validate_json(r[0]) for r in rows]
 
+    def config_hashes(self) -> set[str]:
+        """The config hash of every stored run."""
+        if not self.path.exists():
+            return set()
+        with self._connect() as conn:
+            return {row[0] for row in conn.execute("SELECT config_hash FROM runs")}
+
     def query(self, **where: Any) -> pd.DataFrame:
         """One row per run with the summary columns, optionally filtered (task=..., model=..., ...)."""
+        import pandas as pd
+
         sql, args = self._where(where)
         if not self.path.exists():
             return pd.DataFrame(columns=COLUMNS)
@@ -139,6 +149,8 @@ class Store:
 
     def query_softmax_vs_linear(self, **where: Any) -> pd.DataFrame:
         """Stored softmax-vs-linear points, optionally filtered (figure=..., model=..., ...)."""
+        import pandas as pd
+
         sql, args = self._where(where, SOFTMAX_VS_LINEAR_COLUMNS)
         if not self.path.exists():
             return pd.DataFrame(columns=SOFTMAX_VS_LINEAR_COLUMNS)

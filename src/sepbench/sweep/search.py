@@ -12,7 +12,7 @@ import pandas as pd
 
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, run_sweep
+from sepbench.sweep.executors import OnResult, WorkerPool, run_sweep
 from sepbench.train.result import RunResult
 
 
@@ -119,11 +119,16 @@ class WidthSearch:
 
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
-                     store: Store, workers: int = 1, on_result: OnResult | None = None) -> WidthSearch:
+                     store: Store, workers: int = 1, on_result: OnResult | None = None,
+                     pool: WorkerPool | None = None, threads: int = 1) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
-    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together.
+    All lengths bisect in lockstep, so each round's runs (one width per length, m seeds) train together. With
+    several workers one pool of warm workers (``pool``, or one started here) serves every round.
     """
+    if pool is None and workers > 1:
+        with WorkerPool(workers) as own:
+            return search_min_width(base, lengths, widths, rule, store, workers, on_result, own, threads)
     search = WidthSearch(rule=rule)
 
     def judge(asked: dict[int, int]) -> dict[int, bool]:
@@ -131,7 +136,8 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
                                                                    "seed": seed})) for seed in range(rule.m)]
                    for length, width in asked.items()}
         every = [cfg for group in configs.values() for cfg in group]
-        search.trained += len(run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result).results)
+        done = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, pool=pool, threads=threads)
+        search.trained += len(done.results)
         accuracy = {r.config_hash: r.accuracy if r.status != "failed" else 0.0
                     for r in (store.get(cfg.config_hash()) for cfg in every)}
         return {length: rule.solved([accuracy[cfg.config_hash()] for cfg in group]) for length, group in configs.items()}

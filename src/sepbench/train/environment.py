@@ -1,6 +1,7 @@
 """Where a run happens: device choice, seeding, and the code version it ran."""
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 from functools import lru_cache
@@ -55,3 +56,25 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+THREADS_ENV = "SEPBENCH_THREADS"
+
+
+def default_threads(requested: int | None = None) -> int:
+    """Intra-op threads for a run alone in its process: ``requested``, else $SEPBENCH_THREADS, else 1.
+
+    One thread by default: on a small CPU machine a second one gains little on sepbench-sized models even
+    when the machine is idle, and loses 5-25x as soon as another job holds a core (docs/sweeps.md).
+    """
+    if requested is None:
+        text = os.environ.get(THREADS_ENV, "").strip()
+        if not text:
+            return 1
+        try:
+            requested = int(text)
+        except ValueError:
+            raise ValueError(f"{THREADS_ENV} must be a whole number of threads >= 1, got '{text}'") from None
+    if requested < 1:
+        raise ValueError(f"intra-op threads must be >= 1, got {requested}")
+    return requested

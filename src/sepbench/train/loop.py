@@ -155,8 +155,3 @@ class Trainer:
         result.state_floats = measure_state_size(self.model, self.task.max_seq_len())
         result.wall_seconds = time.perf_counter() - start
         return result
-
-
-def train(config: RunConfig, progress: bool | None = None) -> RunResult:
-    """Train one model on one task as ``config`` says and return what happened."""
-    return Trainer(config).run(progress=progress)
