@@ -19,7 +19,7 @@ from sepbench.config import (
 from sepbench.registry import UnknownNameError
 
 if TYPE_CHECKING:
-    from sepbench.sweep.executors import WorkerPool
+    from sepbench.sweep.pool import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
 app = typer.Typer(
@@ -191,8 +191,8 @@ def run(
     force: bool = typer.Option(False, help="train again even if the store has this config"),
     progress: Optional[bool] = typer.Option(None, help="show a progress bar [default: when on a terminal]"),
     threads: Optional[int] = typer.Option(
-        None, min=1, help="intra-op CPU threads [default: $SEPBENCH_THREADS, else 1: a second thread gains little "
-        "on these model sizes and loses 5-25x when another job holds a core; see docs/sweeps.md]"),
+        None, min=1, help="intra-op CPU threads (default: $SEPBENCH_THREADS, else 1; a second thread at best halves "
+        "a step on an idle machine and made steps 3-15x slower when other jobs held the cores: docs/sweeps.md)"),
 ) -> None:
     """Train one model on one task and store the result."""
     import torch
@@ -419,7 +419,7 @@ def _warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
     """With several workers, start them at once: they import torch while this process reads the spec."""
     if workers == 1:
         return nullcontext()
-    from sepbench.sweep.executors import WorkerPool
+    from sepbench.sweep.pool import WorkerPool
 
     return WorkerPool(workers)
 

@@ -12,7 +12,8 @@ import pandas as pd
 
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, WorkerPool, run_sweep
+from sepbench.sweep.executors import OnResult, run_sweep
+from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
 
 

@@ -64,8 +64,8 @@ THREADS_ENV = "SEPBENCH_THREADS"
 def default_threads(requested: int | None = None) -> int:
     """Intra-op threads for a run alone in its process: ``requested``, else $SEPBENCH_THREADS, else 1.
 
-    One thread by default: on a small CPU machine a second one gains little on sepbench-sized models even
-    when the machine is idle, and loses 5-25x as soon as another job holds a core (docs/sweeps.md).
+    One thread by default: a second one can at best halve a step on an idle machine, but on a shared machine
+    it made steps 3-15x slower (docs/sweeps.md, "Workers and threads").
     """
     if requested is None:
         text = os.environ.get(THREADS_ENV, "").strip()
