@@ -32,6 +32,7 @@ out = Console()
 err = Console(stderr=True)
 
 BAD_INPUT = 2
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 TABLE_COLUMNS = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "steps"]
 
 
@@ -199,13 +200,9 @@ def run(
 
     from sepbench.store import Store
     from sepbench.train import train
-    from sepbench.train.environment import default_threads
 
     with bad_input_exits():
-        try:
-            torch.set_num_threads(default_threads(threads))
-        except ValueError as problem:
-            raise ConfigError(str(problem)) from None
+        torch.set_num_threads(_threads(threads))
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
                  "model.heads": heads, "task.length": length, "task.eval_lengths": lengths, "train.steps": steps,
@@ -412,9 +409,6 @@ def sweep(
               f"{failed} failed or diverged; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
 
 
-INTERRUPTED = 130
-
-
 def _warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
     """With several workers, start them at once: they import torch while this process reads the spec."""
     if workers == 1:
@@ -424,11 +418,11 @@ def _warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
     return WorkerPool(workers)
 
 
-def _threads() -> int:
+def _threads(requested: int | None = None) -> int:
     from sepbench.train.environment import default_threads
 
     try:
-        return default_threads()
+        return default_threads(requested)
     except ValueError as problem:
         raise ConfigError(str(problem)) from None
 
