@@ -216,6 +216,8 @@ LONG_RUNS = ("name: long\nbase: {task: {name: index_lookup, length: 12}, model: 
     (["--workers", "2", "--backend", "ray"], True, False, 6),  # shutting the local Ray instance down takes 1-3 s
 ], ids=["2 workers, SIGINT to the sweep", "2 workers, Ctrl-C", "1 worker, Ctrl-C", "ray, Ctrl-C"])
 def test_ctrl_c_stops_the_sweep_keeps_finished_runs_and_resumes(tmp_path, options, signal_group, resume, limit):
+    if "ray" in options:
+        pytest.importorskip("ray")
     spec, path = tmp_path / "long.yaml", tmp_path / "runs.db"
     spec.write_text(LONG_RUNS)
     command = [sys.executable, "-m", "sepbench", "sweep", str(spec), "--store", str(path), *options]
