@@ -72,3 +72,22 @@ def test_config_file_and_flags_combine(store_path, tmp_path):
     assert result.exit_code == 0, result.output
     (run,) = Store(store_path).results()
     assert (run.config.model.name, run.config.model.width, run.config.task.length) == ("lstm", 24, 12)
+
+
+def test_run_takes_one_thread_unless_told(store_path, monkeypatch):
+    import torch
+
+    monkeypatch.delenv("SEPBENCH_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert runner.invoke(app, QUICK).exit_code == 0 and torch.get_num_threads() == 1
+        assert runner.invoke(app, QUICK + ["--threads", "3"]).exit_code == 0 and torch.get_num_threads() == 3
+        monkeypatch.setenv("SEPBENCH_THREADS", "2")
+        assert runner.invoke(app, QUICK).exit_code == 0 and torch.get_num_threads() == 2
+        assert runner.invoke(app, QUICK + ["--threads", "1"]).exit_code == 0 and torch.get_num_threads() == 1
+        monkeypatch.setenv("SEPBENCH_THREADS", "many")
+        refused = runner.invoke(app, QUICK)
+        assert refused.exit_code == 2 and "SEPBENCH_THREADS must be a whole number" in refused.stderr
+    finally:
+        torch.set_num_threads(before)

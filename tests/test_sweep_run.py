@@ -1,4 +1,5 @@
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -6,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,179 @@ def test_the_same_spec_runs_on_a_local_ray_instance(tmp_path):
     results = Store(path).results()
     assert {r.config_hash for r in results} == {c.config_hash() for c in SweepSpec.from_yaml(SPEC).expand()}
     assert all(r.status in ("completed", "solved") and r.steps == 60 for r in results)
+
+
+def _descendants(pid: int) -> dict[int, bytes]:
+    """pid -> command line of every process below ``pid``, multiprocessing's resource tracker left out (it
+    belongs to the interpreter and ends by itself once its parent is gone)."""
+    table, found, frontier = _process_table(), {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child in (c for c, (_, p) in table.items() if p == parent):
+            with contextlib.suppress(OSError):
+                command = Path(f"/proc/{child}/cmdline").read_bytes()
+                if b"resource_tracker" not in command:
+                    found[child] = command
+            frontier.append(child)
+    return found
+
+
+def _stored(path: Path) -> dict[str, str]:
+    """config_hash -> stored result JSON, after checking the file and every row are whole."""
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = conn.execute("SELECT config_hash, status, steps, result FROM runs").fetchall()
+    for config_hash, status, steps, text in rows:
+        result = RunResult.model_validate_json(text)
+        assert (result.config_hash, result.status, result.steps) == (config_hash, status, steps)
+    return {config_hash: text for config_hash, _, _, text in rows}
+
+
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "RAY_AUTH_MODE": "disabled"}
+
+
+@dataclass
+class Interrupted:
+    seconds: float
+    code: int
+    stderr: str
+    workers: dict[int, bytes]
+    survivors: set[int]
+
+
+def _interrupt_when_stored(command: list[str], path: Path, tmp_path: Path, signal_group: bool) -> Interrupted:
+    """Start ``command``; once a run is stored, Ctrl-C it and see how it ends."""
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        sweep = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 120
+        while sweep.poll() is None and time.monotonic() < deadline and not (path.exists() and len(Store(path))):
+            time.sleep(0.1)
+        assert sweep.poll() is None, "the sweep ended before it could be interrupted"
+        workers = _descendants(sweep.pid)
+        start = time.monotonic()
+        if signal_group:
+            os.killpg(sweep.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole foreground group
+        else:
+            os.kill(sweep.pid, signal.SIGINT)
+        code = sweep.wait(timeout=60)
+        seconds = time.monotonic() - start
+        return Interrupted(seconds, code, log.read_text(), workers, _running(set(workers)))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)
+
+
+LONG_RUNS = ("name: long\nbase: {task: {name: index_lookup, length: 12}, model: {width: 8, layers: 1}, train: "
+             "{steps: 200, eval_every: 200, eval_samples: 20, batch_size: 16, early_stop: false}, device: cpu}\n"
+             "seeds: [0, 1, 2, 3]\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("options, signal_group, resume, limit", [
+    (["--workers", "2"], False, True, 3),
+    (["--workers", "2"], True, False, 3),
+    (["--workers", "1"], True, False, 3),
+    (["--workers", "2", "--backend", "ray"], True, False, 10),  # shutting a local Ray instance down: 1-3 s, more under load
+], ids=["2 workers, SIGINT to the sweep", "2 workers, Ctrl-C", "1 worker, Ctrl-C", "ray, Ctrl-C"])
+def test_ctrl_c_stops_the_sweep_keeps_finished_runs_and_resumes(tmp_path, options, signal_group, resume, limit):
+    if "ray" in options:
+        pytest.importorskip("ray")
+    spec, path = tmp_path / "long.yaml", tmp_path / "runs.db"
+    spec.write_text(LONG_RUNS)
+    command = [sys.executable, "-m", "sepbench", "sweep", str(spec), "--store", str(path), *options]
+    stop = _interrupt_when_stored(command, path, tmp_path, signal_group)
+    assert stop.code == 130, stop.stderr[-2000:]
+    assert stop.seconds < limit, f"took {stop.seconds:.1f} s to stop"
+    if options == ["--workers", "2"]:
+        assert sum(b"spawn_main" in command for command in stop.workers.values()) == 2
+    assert not stop.survivors, f"{[stop.workers[p][:80] for p in stop.survivors]} outlived the interrupted sweep"
+    assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
+    stored = _stored(path)
+    assert 1 <= len(stored) < 4
+    assert (f"interrupted: {len(stored)} of 4 runs finished and stored in {path}; rerun the same command to resume"
+            in " ".join(stop.stderr.split()))
+    if resume:
+        again = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert f"4 runs, {len(stored)} already in" in again.stdout and f"{4 - len(stored)} trained" in again.stdout
+        after = _stored(path)
+        assert len(after) == 4 and all(after[h] == text for h, text in stored.items())
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_ctrl_c_stops_minwidth_and_its_warm_workers(tmp_path):
+    path = tmp_path / "runs.db"
+    command = [sys.executable, "-m", "sepbench", "minwidth", "--task", "index_lookup", "--model", "transformer",
+               "--lengths", "12,16", "--widths", "8,16,32", "--steps", "200", "--workers", "2", "--store", str(path),
+               "--set", "train.eval_samples=20", "--set", "train.batch_size=16", "--set", "device=cpu"]
+    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True)
+    assert stop.code == 130 and stop.seconds < 3 and not stop.survivors, (stop, stop.stderr[-2000:])
+    assert "Traceback" not in stop.stderr
+    stored = _stored(path)
+    assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+
+
+def _put_forever(path: str) -> None:
+    store = Store(path)
+    curve = [{"step": s, "loss": 1.0, "accuracy": 0.5, "seconds": 0.1} for s in range(2000)]
+    for seed in itertools.count():
+        cfg = RunConfig.build({"seed": seed, "device": "cpu"})
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", curve=curve, steps=seed))
+
+
+def test_a_writer_killed_inside_put_leaves_no_partial_row(tmp_path):
+    path = tmp_path / "s.db"
+    context = multiprocessing.get_context("spawn")
+    for attempt in range(3):
+        writer = context.Process(target=_put_forever, args=(str(path),))
+        writer.start()
+        deadline = time.monotonic() + 60
+        while len(Store(path)) <= attempt * 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05 * attempt)
+        writer.kill()  # SIGKILL lands at some point of a put: before, inside or after its transaction
+        writer.join()
+        _stored(path)
+    assert len(Store(path)) > 0
+
+
+def test_a_pool_worker_that_dies_fails_only_its_run_and_is_replaced(tmp_path):
+    from sepbench.sweep.pool import WorkerPool
+
+    store = Store(tmp_path / "runs.db")
+    base = {"task": {"length": 12}, "model": {"width": 8}, "train": {"eval_samples": 20, "batch_size": 16}, "device": "cpu"}
+    short, long, after = (RunConfig.build({**base, "seed": seed, "train": {**base["train"], "steps": steps}})
+                          for seed, steps in ((0, 20), (1, 100_000), (2, 20)))
+    killed, results = [], []
+
+    def on_result(result: RunResult) -> None:
+        if not killed:
+            (pid,) = [pid for pid, cfg in pool.running.items() if cfg.config_hash() == long.config_hash()]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        results.append(result)
+
+    with WorkerPool(2) as pool:
+        pool.run([short, long, after], store, on_result)
+        assert not pool.running and len(pool.pids) == 2 and killed[0] not in pool.pids
+    status = {r.config_hash: (r.status, r.error) for r in results}
+    assert status[short.config_hash()][0] == status[after.config_hash()][0] == "completed"
+    assert status[long.config_hash()][0] == "failed" and "exit code -9" in status[long.config_hash()][1]
+    assert {r.config_hash: r.status for r in store.results()} == {h: s for h, (s, _) in status.items()}
+
+
+def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(tmp_path):
+    import torch
+
+    cfg = RunConfig.build({"task": {"length": 12}, "model": {"width": 8}, "train": {"steps": 4, "eval_samples": 20},
+                           "device": "cpu"})
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen = []
+        run_sweep([cfg], Store(tmp_path / "runs.db"), threads=1, on_result=lambda _: seen.append(torch.get_num_threads()))
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -1,11 +1,12 @@
 """The ``sepbench`` command line: each command parses, calls the library, prints."""
 from __future__ import annotations
 
+import gc
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, ContextManager, Iterator, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
@@ -19,7 +20,9 @@ from sepbench.registry import UnknownNameError
 from sepbench.store import StoreError
 
 if TYPE_CHECKING:
+    from sepbench.sweep.pool import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
+    from sepbench.train.result import RunResult
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -60,6 +63,8 @@ def packaged_config(path: Path) -> Path:
         err.print(f"{path} is not in {Path.cwd()}; using the packaged {found}", markup=False, highlight=False,
                   soft_wrap=True)
     return found
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 @contextmanager
@@ -219,8 +224,13 @@ def run(
     retrain_stale: bool = typer.Option(False, "--retrain-stale",
                                        help="train again if the stored run came from other code (see docs/sweeps.md)"),
     progress: Optional[bool] = typer.Option(None, help="show a progress bar [default: when on a terminal]"),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="intra-op CPU threads (default: $SEPBENCH_THREADS, else 1; a second thread at best halves "
+        "a step on an idle machine and made steps 3-15x slower when other jobs held the cores: docs/sweeps.md)"),
 ) -> None:
     """Train one model on one task and store the result."""
+    import torch
+
     from sepbench.store import Store
     from sepbench.sweep.executors import failed_result
     from sepbench.train import train
@@ -228,6 +238,7 @@ def run(
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     with bad_input_exits():
+        torch.set_num_threads(_threads(threads))
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
                  "model.heads": heads, "task.length": length, "task.eval_lengths": lengths, "train.steps": steps,
@@ -561,6 +572,7 @@ def sweep(
     """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
 
     Exits 1 when any run of the sweep is failed (now or stored earlier), listing each with its reason.
+    Ctrl-C stops the sweep within a second or two (workers are terminated); finished runs stay stored.
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
@@ -568,42 +580,58 @@ def sweep(
     from sepbench.sweep.progress import SweepProgress
 
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
-    with bad_input_exits():
-        spec = SweepSpec.from_yaml(packaged_config(spec_file))
-        if device is not None:
-            spec.base = apply_overrides(spec.base, {"device": device})
-        configs = spec.expand()
-        db = Store(store)
-        if not dry_run:
-            db.check_writable()
-        todo = plan(configs, db, reuse)
-    if group_size is None:
-        group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
-    how = f", groups of up to {group_size}" if group_size > 1 else ""
-    if spec.lr_search == "halving":
-        how = ", by successive halving: the worse learning rates stop early"
-    out.print(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
-              f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})", highlight=False,
-              soft_wrap=True)
-    _say_reused(todo)
-    if dry_run:
-        for cfg in todo.todo:
-            flat = _flatten(cfg.model_dump(mode="json"))
-            out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
-                      highlight=False, soft_wrap=True)
-        return
-    if spec.lr_search == "halving":
-        halved = _sweep_by_halving(spec, configs, db, workers, backend)
-        _exit_on_failures({**todo.failed_kept, **{r.config_hash: r.error or "no reason stored"
-                                                  for r in halved if r.status == "failed"}}, "sweep")
-        return
-    with SweepProgress(spec.name, len(todo.todo), err) as progress:
-        try:
-            outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
-                                on_result=progress.advance, reuse=reuse, group_size=group_size)
-        except RuntimeError as problem:
-            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(BAD_INPUT) from None
+    db = Store(store)
+    finished: list[RunResult] = []
+    todo = None
+    try:
+        with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
+            with bad_input_exits():
+                spec = SweepSpec.from_yaml(packaged_config(spec_file))
+                if device is not None:
+                    spec.base = apply_overrides(spec.base, {"device": device})
+                configs = spec.expand()
+                threads = _threads()
+                if not dry_run:
+                    db.check_writable()
+                todo = plan(configs, db, reuse)
+            if group_size is None:
+                group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
+            how = f", groups of up to {group_size}" if group_size > 1 else ""
+            if spec.lr_search == "halving":
+                how = ", by successive halving: the worse learning rates stop early"
+            out.print(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
+                      f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})", highlight=False,
+                      soft_wrap=True)
+            _say_reused(todo)
+            if dry_run:
+                for cfg in todo.todo:
+                    flat = _flatten(cfg.model_dump(mode="json"))
+                    out.print(f"{cfg.config_hash()}  " + "  ".join(f"{k}={flat[k]}" for k in spec.axes if k in flat),
+                              highlight=False, soft_wrap=True)
+                return
+            if pool is not None and (spec.lr_search == "halving" or group_size > 1):
+                pool.close()  # halving and stacked sweeps run their own worker processes
+                pool = None
+            if spec.lr_search == "halving":
+                halved = _sweep_by_halving(spec, configs, db, workers, backend)
+                _exit_on_failures({**todo.failed_kept, **{r.config_hash: r.error or "no reason stored"
+                                                          for r in halved if r.status == "failed"}}, "sweep")
+                return
+            with SweepProgress(spec.name, len(todo.todo), err) as progress:
+                def advance(result: RunResult) -> None:
+                    finished.append(result)
+                    progress.advance(result)
+
+                try:
+                    outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
+                                        on_result=advance, reuse=reuse, group_size=group_size, pool=pool,
+                                        threads=threads)
+                except RuntimeError as problem:
+                    err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+                    raise typer.Exit(BAD_INPUT) from None
+    except KeyboardInterrupt:
+        total = len(todo.todo) if todo is not None else 0
+        _interrupted(f"{len(finished)} of {total} runs finished", db.path)
     failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",
@@ -650,6 +678,30 @@ def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend:
               f"{outcome.steps} steps trained of {sum(c.train.steps for c in configs if c.config_hash() not in done)} "
               f"a full grid would take at most; {len(db)} runs in {db.path}", highlight=False, soft_wrap=True)
     return outcome.results
+
+
+def _warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
+    """With several workers, start them at once: they import torch while this process reads the spec."""
+    if workers == 1:
+        return nullcontext()
+    from sepbench.sweep.pool import WorkerPool
+
+    return WorkerPool(workers)
+
+
+def _threads(requested: int | None = None) -> int:
+    from sepbench.train.environment import default_threads
+
+    try:
+        return default_threads(requested)
+    except ValueError as problem:
+        raise ConfigError(str(problem)) from None
+
+
+def _interrupted(finished: str, path: Path) -> NoReturn:
+    err.print(f"interrupted: {finished} and stored in {path}; rerun the same command to resume",
+              markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(INTERRUPTED)
 
 
 def _parse_ints(text: str, option: str) -> list[int]:
@@ -708,35 +760,46 @@ def minwidth(
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse
-    from sepbench.sweep.progress import SweepProgress
-    from sepbench.sweep.search import MIN_FIT_POINTS, SolvedRule, fit_log_law, fit_power_law, search_min_width
 
-    with bad_input_exits():
-        try:
-            rule = SolvedRule(threshold, k, m)
-        except ValueError as problem:
-            raise ConfigError(str(problem)) from None
-        grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
-        grid_lrs = _parse_lrs(lrs) if lrs is not None else None
-        if lr_search == LrSearch.halving and not grid_lrs:
-            raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
-        if eta <= 1:
-            raise ConfigError(f"--eta must be > 1, got {eta:g}")
-        data = load_yaml(packaged_config(config)) if config else {}
-        flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps, "device": device}
-        base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
-                               parse_assignments(assignments))
-        for n in grid_lengths:
-            for w in grid_widths:
-                RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
-        db = Store(store)
-        db.check_writable()
-    most_visited = len(set(grid_widths)).bit_length()
-    progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]), err,
-                             live=False)
-    reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
-    search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers, on_result=progress.advance,
-                              reuse=reuse, lrs=grid_lrs, lr_search=lr_search.value, eta=eta)
+    db = Store(store)
+    before = len(db)
+    try:
+        with _warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
+            from sepbench.sweep.progress import SweepProgress
+            from sepbench.sweep.search import (
+                MIN_FIT_POINTS, SolvedRule, fit_log_law, fit_power_law, search_min_width,
+            )
+
+            with bad_input_exits():
+                try:
+                    rule = SolvedRule(threshold, k, m)
+                except ValueError as problem:
+                    raise ConfigError(str(problem)) from None
+                grid_lengths, grid_widths = _parse_ints(lengths, "--lengths"), _parse_ints(widths, "--widths")
+                grid_lrs = _parse_lrs(lrs) if lrs is not None else None
+                if lr_search == LrSearch.halving and not grid_lrs:
+                    raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
+                if eta <= 1:
+                    raise ConfigError(f"--eta must be > 1, got {eta:g}")
+                data = load_yaml(packaged_config(config)) if config else {}
+                flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
+                         "device": device}
+                base = apply_overrides(apply_overrides(data, {k: v for k, v in flags.items() if v is not None}),
+                                       parse_assignments(assignments))
+                for n in grid_lengths:
+                    for w in grid_widths:
+                        RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+                threads = _threads()
+                db.check_writable()
+            most_visited = len(set(grid_widths)).bit_length()
+            progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
+                                     err, live=False)
+            reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
+            search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
+                                      on_result=progress.advance, reuse=reuse, lrs=grid_lrs,
+                                      lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
+    except KeyboardInterrupt:
+        _interrupted(f"{len(db) - before} runs finished", db.path)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
@@ -881,6 +944,7 @@ def _device(name: str) -> str:
 
 def _learned_config(lengths: str | None, steps: int | None, seed: int | None) -> LearnedConfig:
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
+    from sepbench.train.result import RunResult
 
     fields = {"lengths": _parse_lengths(lengths, "--lengths") if lengths else None, "steps": steps, "seed": seed}
     try:
@@ -1032,7 +1096,10 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        gc.freeze()  # the interpreter's last collections would otherwise walk every torch object: ~0.3-1.5 s at exit
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ import sqlite3
 import tempfile
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import pandas as pd
 from pydantic import ValidationError
 
 from sepbench.train.result import RunResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_STORE = "sepbench.db"
 STORE_ENV = "SEPBENCH_STORE"
@@ -184,8 +186,17 @@ class Store:
         except ValidationError as error:
             raise StoreError(f"stored run {config_hash} cannot be read: {_first_problem(error)}") from None
 
+    def config_hashes(self) -> set[str]:
+        """The config hash of every stored run."""
+        if not self.path.exists():
+            return set()
+        with self._connect() as conn:
+            return {row[0] for row in conn.execute("SELECT config_hash FROM runs")}
+
     def query(self, **where: Any) -> pd.DataFrame:
         """One row per run with the summary columns, optionally filtered (task=..., model=..., ...)."""
+        import pandas as pd
+
         sql, args = self._where(where)
         if not self.path.exists():
             return pd.DataFrame(columns=COLUMNS)
@@ -212,6 +223,8 @@ class Store:
 
     def query_softmax_vs_linear(self, **where: Any) -> pd.DataFrame:
         """Stored softmax-vs-linear points, optionally filtered (figure=..., model=..., ...)."""
+        import pandas as pd
+
         sql, args = self._where(where, SOFTMAX_VS_LINEAR_COLUMNS)
         if not self.path.exists():
             return pd.DataFrame(columns=SOFTMAX_VS_LINEAR_COLUMNS)

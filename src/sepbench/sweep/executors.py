@@ -1,22 +1,23 @@
-"""Run a list of configs on a process pool or on Ray; every result lands in the one SQLite store."""
+"""Run a list of configs inline, on a pool of warm worker processes, or on Ray; every result lands in the one store.
+
+Ctrl-C (KeyboardInterrupt) stops each path within a second or two and is raised again to the caller: pool
+workers are terminated, Ray tasks cancelled, and every run finished before it stays stored.
+"""
 from __future__ import annotations
 
-import multiprocessing
-import os
-import threading
+import contextlib
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
+from sepbench.sweep.pool import OnResult, WorkerPool, sigint_ignored
 from sepbench.train.result import RunResult
 
 Backend = Literal["local", "ray"]
-OnResult = Callable[[RunResult], None]
 
 
 def failed_result(config: RunConfig, error: BaseException, kind: str | None = None) -> RunResult:
@@ -44,37 +45,24 @@ def execute(config: RunConfig) -> RunResult:
         return failed_result(config, error, "out of memory" if is_out_of_memory(error) else None)
 
 
-def _single_threaded() -> None:
+@contextlib.contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` for the block, restored after."""
     import torch
 
-    torch.set_num_threads(1)
-
-
-def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
-    """Watch from a daemon thread and end this worker once ``parent`` is gone (a killed sweep leaves no orphans)."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _pool_worker_init(parent: int) -> None:
-    _single_threaded()
-    _exit_with_parent(parent)
-
-
-def _run_and_store(config_json: str, store_path: str) -> str:
-    """Pool worker: train, write to the store from this process, send the result back as JSON."""
-    result = execute(RunConfig.model_validate_json(config_json))
-    Store(store_path).put(result)
-    return result.model_dump_json()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run_remote(config_json: str) -> str:
     """Ray task: train wherever Ray placed it and send the result back for the driver to store."""
-    _single_threaded()
+    import torch
+
+    torch.set_num_threads(1)
     return execute(RunConfig.model_validate_json(config_json)).model_dump_json()
 
 
@@ -127,33 +115,25 @@ def pending(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) 
     return plan(configs, store, reuse).todo
 
 
-def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult) -> None:
-    """One run after another in this process (no pool start-up; for one worker)."""
-    for cfg in configs:
-        result = execute(cfg)
-        store.put(result)
-        on_result(result)
+def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, threads: int = 1) -> None:
+    """One run after another in this process, on ``threads`` intra-op threads (no pool start-up; for one worker)."""
+    with intra_op_threads(threads):
+        for cfg in configs:
+            result = execute(cfg)
+            store.put(result)
+            on_result(result)
 
 
-def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult) -> None:
-    """A process pool of ``workers`` single-threaded processes (spawn: no forked torch state)."""
+def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
+              pool: WorkerPool | None = None) -> None:
+    """A pool of ``workers`` warm single-threaded processes (spawn: no forked torch state); or ``pool``, if given."""
     if not configs:
         return
-    context = multiprocessing.get_context("spawn")
-    path = str(store.path.resolve())
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_pool_worker_init,
-                             initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_run_and_store, cfg.model_dump_json(), path): cfg for cfg in configs}
-        remaining = set(futures)
-        while remaining:
-            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-            for future in finished:
-                try:
-                    result = RunResult.model_validate_json(future.result())
-                except Exception as error:  # noqa: BLE001 - a worker that died takes only its run with it
-                    result = failed_result(futures[future], error)
-                    store.put(result)
-                on_result(result)
+    if pool is not None:
+        pool.run(configs, store, on_result)
+        return
+    with WorkerPool(min(workers, len(configs))) as own:
+        own.run(configs, store, on_result)
 
 
 def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
@@ -168,7 +148,9 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
     started_here = not ray.is_initialized()
     if started_here:
         options = {"address": address} if address else {"num_cpus": workers}
-        ray.init(include_dashboard=False, log_to_driver=False, **options)
+        with sigint_ignored():
+            ray.init(include_dashboard=False, log_to_driver=False, **options)
+    remaining: list = []
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
         refs = {remote.remote(cfg.model_dump_json()): cfg for cfg in configs}
@@ -182,9 +164,16 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
                     result = failed_result(refs[ref], error)
                 store.put(result)
                 on_result(result)
+    except BaseException:
+        with sigint_ignored():
+            for ref in remaining:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+        raise
     finally:
         if started_here:
-            ray.shutdown()
+            with sigint_ignored():
+                ray.shutdown()
 
 
 @dataclass
@@ -207,12 +196,15 @@ class SweepOutcome:
 
 def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend: Backend = "local",
               address: str | None = None, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
-              group_size: int = 1) -> SweepOutcome:
+              group_size: int = 1, pool: WorkerPool | None = None, threads: int = 1) -> SweepOutcome:
     """Run every config the store lacks (and those ``reuse`` retrains); results are stored as they finish, so a
-    killed sweep resumes.
+    stopped sweep resumes.
 
     With ``group_size`` > 1, runs of one cell (differing only in seed and lr) train stacked, up to that many
-    in one worker (``sepbench.train.group``).
+    in one worker (``sepbench.train.group``). ``pool``: warm workers to run on (local backend; its size wins over
+    ``workers``). ``threads``: intra-op threads of a one-worker sweep (several workers always run one thread
+    each). Ctrl-C stops the runs in flight and propagates as KeyboardInterrupt; the runs that finished before it
+    stay stored.
     """
     todo = pending(configs, store, reuse)
     outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo))
@@ -235,10 +227,10 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
             grouped.run_groups_local(groups, store, workers, collect)
     elif backend == "ray":
         run_ray(todo, store, workers, collect, address)
-    elif backend == "local" and workers == 1:
-        run_inline(todo, store, collect)
+    elif backend == "local" and pool is None and workers == 1:
+        run_inline(todo, store, collect, threads)
     elif backend == "local":
-        run_local(todo, store, workers, collect)
+        run_local(todo, store, workers, collect, pool)
     else:
         raise ValueError(f"unknown backend '{backend}'; allowed: local, ray")
     outcome.seconds = time.perf_counter() - start

@@ -105,13 +105,14 @@ def run_groups_inline(groups: list[list[RunConfig]], store: Store, on_result: On
 
 def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult) -> None:
     """One group per single-threaded worker process; results are reported when a group ends."""
-    from sepbench.sweep.executors import _pool_worker_init, failed_result
+    from sepbench.sweep.executors import failed_result
+    from sepbench.sweep.pool import executor_initializer
 
     if not groups:
         return
     path = str(store.path.resolve())
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_pool_worker_init,
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=executor_initializer,
                              initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_group_and_store, [c.model_dump_json() for c in g], path): g for g in groups}
         remaining = set(futures)

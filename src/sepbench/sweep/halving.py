@@ -16,7 +16,8 @@ from typing import Sequence
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, _pool_worker_init, failed_result
+from sepbench.sweep.executors import OnResult, failed_result
+from sepbench.sweep.pool import executor_initializer
 from sepbench.sweep.search import cell_key
 from sepbench.train.loop import Trainer
 from sepbench.train.result import RunResult
@@ -248,7 +249,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
         context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=_pool_worker_init, initargs=(os.getpid(),)) as pool:
+                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta): cell
                        for cell in todo}
             remaining = set(futures)

@@ -14,6 +14,7 @@ from sepbench.config import RunConfig, apply_overrides
 from sepbench.results import TRAINED
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
+from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
 
 
@@ -175,16 +176,21 @@ class WidthSearch:
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
                      store: Store, workers: int = 1, on_result: OnResult | None = None,
                      reuse: Reuse = Reuse(), lrs: Sequence[float] | None = None, lr_search: str = "grid",
-                     eta: float = 2.0) -> WidthSearch:
+                     eta: float = 2.0, pool: WorkerPool | None = None, threads: int = 1) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
     With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving)
     and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
-    width per length) train together. A failed run (out of memory, a crash) is neither solved nor unsolved:
-    when the other runs cannot settle the verdict, the width is recorded in ``failed``.
+    width per length) train together; with several workers one pool of warm workers (``pool``, or one started
+    here) serves every round of a grid search. A failed run (out of memory, a crash) is neither solved nor
+    unsolved: when the other runs cannot settle the verdict, the width is recorded in ``failed``.
     """
     if lr_search not in ("grid", "halving"):
         raise ValueError(f"lr_search must be grid or halving, got '{lr_search}'")
+    if pool is None and workers > 1 and lr_search == "grid":
+        with WorkerPool(workers) as own:
+            return search_min_width(base, lengths, widths, rule, store, workers, on_result, reuse=reuse, lrs=lrs,
+                                    pool=own, threads=threads)
     search = WidthSearch(rule=rule)
     lr_points = [{"train.lr": lr} for lr in lrs] if lrs else [{}]
 
@@ -200,7 +206,8 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
             outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result)
             search.steps += outcome.steps
         else:
-            outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, reuse=reuse)
+            outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, reuse=reuse,
+                                pool=pool, threads=threads)
             search.steps += sum(r.steps for r in outcome.results)
         search.trained += len(outcome.results)
         verdicts = {}

@@ -1,5 +1,27 @@
-"""Training: ``train(RunConfig) -> RunResult``."""
-from sepbench.train.loop import Trainer, train
+"""Training: ``train(RunConfig) -> RunResult``. torch is imported on first use, so reading results stays light."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from sepbench.train.result import EvalPoint, RunResult
 
+if TYPE_CHECKING:
+    from sepbench.config import RunConfig
+    from sepbench.train.loop import Trainer
+
 __all__ = ["EvalPoint", "RunResult", "Trainer", "train"]
+
+
+def train(config: RunConfig, progress: bool | None = None) -> RunResult:
+    """Train one model on one task as ``config`` says and return what happened."""
+    from sepbench.train.loop import Trainer
+
+    return Trainer(config).run(progress=progress)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Trainer":
+        from sepbench.train.loop import Trainer
+
+        return Trainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

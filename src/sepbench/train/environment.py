@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import subprocess
 from functools import lru_cache
@@ -73,3 +74,25 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+THREADS_ENV = "SEPBENCH_THREADS"
+
+
+def default_threads(requested: int | None = None) -> int:
+    """Intra-op threads for a run alone in its process: ``requested``, else $SEPBENCH_THREADS, else 1.
+
+    One thread by default: a second one can at best halve a step on an idle machine, but on a shared machine
+    it made steps 3-15x slower (docs/sweeps.md, "Workers and threads").
+    """
+    if requested is None:
+        text = os.environ.get(THREADS_ENV, "").strip()
+        if not text:
+            return 1
+        try:
+            requested = int(text)
+        except ValueError:
+            raise ValueError(f"{THREADS_ENV} must be a whole number of threads >= 1, got '{text}'") from None
+    if requested < 1:
+        raise ValueError(f"intra-op threads must be >= 1, got {requested}")
+    return requested

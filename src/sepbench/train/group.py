@@ -28,7 +28,7 @@ from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters, measure_state_size
 from sepbench.tasks import Batch
 from sepbench.train.environment import code_version, git_commit, package_version
-from sepbench.train.loop import Assessment, Trainer, lr_factor, stored_interval, train
+from sepbench.train.loop import Assessment, Trainer, lr_factor, stored_interval
 from sepbench.train.result import RunResult
 
 PER_MEMBER_MIXERS = {"lstm", "mamba"}
@@ -224,7 +224,7 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
     if len(configs) == 1 or not stackable(configs[0]):
         results = []
         for config in configs:
-            results.append(train(config, progress=False))
+            results.append(Trainer(config).run(progress=False))
             notify(results[-1])
         return results
     return _GroupRun(configs, notify).run()

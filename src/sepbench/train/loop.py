@@ -304,7 +304,3 @@ class Trainer:
                 job, completed=point.step, status=f"acc {point.accuracy:.3f}"))
         return self.finish()
 
-
-def train(config: RunConfig, progress: bool | None = None) -> RunResult:
-    """Train one model on one task as ``config`` says and return what happened."""
-    return Trainer(config).run(progress=progress)

@@ -1,0 +1,216 @@
+"""A pool of warm worker processes: each imports torch once, then trains runs one at a time until told to stop."""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.train.result import RunResult
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+OnResult = Callable[[RunResult], None]
+
+
+def warm_up(threads: int) -> None:
+    """Set torch's intra-op threads and pay the one-off costs of a process's first run before it starts.
+
+    Constructing the first ``torch.optim`` optimizer imports ``torch._dynamo`` (about as long as importing
+    torch itself); a warm worker pays that once, while the parent is still setting the sweep up.
+    """
+    import torch
+
+    import sepbench.train.loop  # noqa: F401 - tasks, models and the training loop
+
+    torch.set_num_threads(threads)
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT for the block (main thread only): processes started here inherit the ignoring, so a
+    terminal's Ctrl-C reaches only the parent, which then stops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
+    """Watch from a daemon thread and end this worker once ``parent`` is gone (a killed sweep leaves no orphans)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def executor_initializer(parent: int) -> None:
+    """Initializer for a ProcessPoolExecutor's workers (grouped and halving sweeps): one intra-op thread, SIGINT
+    left to the parent, and an exit when ``parent`` is gone."""
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    _exit_with_parent(parent)
+
+
+def _worker_main(conn: Connection, parent: int) -> None:
+    """A pool worker: warm up once, then train each (config, store) it is sent, store it, and send it back."""
+    from sepbench.sweep.executors import execute as run_one
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent)
+    warm_up(threads=1)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            job = None
+        if job is None:
+            break
+        config_json, store_path = job
+        result = run_one(RunConfig.model_validate_json(config_json))
+        Store(store_path).put(result)
+        conn.send(result.model_dump_json())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # every result is committed; tearing down torch's modules would only delay the sweep's end
+
+
+class WorkerDied(RuntimeError):
+    """A pool worker ended (killed, out of memory, crashed) while training a run."""
+
+
+@dataclass(eq=False)
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    job: RunConfig | None = None
+
+
+class WorkerPool:
+    """``size`` spawned single-threaded worker processes, started at once; each imports torch and sepbench once
+    and then takes runs one at a time until the queue is empty. A worker that dies fails only its run and is
+    replaced. Leaving the ``with`` block on an exception (Ctrl-C included) terminates every worker."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {size}")
+        self.size = size
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: list[_Worker] = []
+        with sigint_ignored():
+            for _ in range(size):
+                self._workers.append(self._start())
+
+    def _start(self) -> _Worker:
+        parent_end, child_end = self._context.Pipe()
+        process = self._context.Process(target=_worker_main, args=(child_end, os.getpid()), name="sepbench-worker",
+                                        daemon=True)
+        process.start()
+        child_end.close()
+        return _Worker(process, parent_end)
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids."""
+        return [w.process.pid for w in self._workers if w.process.pid is not None]
+
+    @property
+    def running(self) -> dict[int, RunConfig]:
+        """Process id -> the run it is training, for every busy worker."""
+        return {w.process.pid: w.job for w in self._workers if w.job is not None and w.process.pid is not None}
+
+    def run(self, configs: Iterable[RunConfig], store: Store, on_result: OnResult) -> None:
+        """Train ``configs``, handing the next one to whichever worker finishes first."""
+        if not self._workers:
+            raise RuntimeError("this worker pool is closed")
+        queue = deque(configs)
+        path = str(store.path.resolve())
+
+        def feed(worker: _Worker) -> None:
+            if queue:
+                worker.job = queue.popleft()
+                with contextlib.suppress(OSError):  # a worker that died shows as end-of-file below
+                    worker.conn.send((worker.job.model_dump_json(), path))
+
+        for worker in self._workers:
+            feed(worker)
+        while busy := {w.conn: w for w in self._workers if w.job is not None}:
+            for conn in wait(list(busy)):
+                worker = busy[conn]
+                config, worker.job = worker.job, None
+                try:
+                    result = RunResult.model_validate_json(conn.recv())
+                except (EOFError, OSError):
+                    code, worker = self._replace(worker)
+                    result = store.get(config.config_hash()) or self._died(config, code, store)
+                on_result(result)
+                feed(worker)
+
+    def _replace(self, dead: _Worker) -> tuple[int | None, _Worker]:
+        """Start a worker in place of ``dead``; returns the dead one's exit code and the new worker."""
+        dead.process.join(timeout=5)
+        dead.conn.close()
+        with sigint_ignored():
+            fresh = self._start()
+        self._workers[self._workers.index(dead)] = fresh
+        return dead.process.exitcode, fresh
+
+    @staticmethod
+    def _died(config: RunConfig, code: int | None, store: Store) -> RunResult:
+        """The run of a worker that ended before sending it back, stored as failed."""
+        from sepbench.sweep.executors import failed_result
+
+        result = failed_result(config, WorkerDied(f"the worker process ended with exit code {code} before finishing "
+                                                  "this run (killed, out of memory or crashed)"))
+        store.put(result)
+        return result
+
+    def close(self) -> None:
+        """Stop the workers once every run is back: they are idle (or still warming up), so nothing is lost."""
+        for worker in self._workers:
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+        self.terminate()
+
+    def terminate(self) -> None:
+        """Stop every worker now (SIGTERM, then SIGKILL for any that lingers). A worker killed inside
+        ``Store.put`` leaves no partial row: each put is one SQLite transaction."""
+        with sigint_ignored():
+            for worker in self._workers:
+                if worker.process.is_alive():
+                    worker.process.terminate()
+            for worker in self._workers:
+                worker.process.join(timeout=2)
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join(timeout=2)
+                worker.conn.close()
+        self._workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.terminate()
