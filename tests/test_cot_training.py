@@ -88,11 +88,13 @@ def test_cot_runs_are_deterministic_and_fixed_data_is_disjoint():
 
 
 def test_transformer_learns_small_arithmetic_by_greedy_decoding():
-    """The reference format with brackets and modular steps, at a CPU budget: n = 2 operators mod 5 (chance: 20%)."""
+    """The reference format with brackets and modular steps, at a CPU budget: n = 2 operators mod 5 (chance: 20%).
+
+    Under the reference's sampling the curve measured 0.38, 0.55, 0.67, 0.78, 0.87 at steps 400-2000."""
     cfg = RunConfig.build({
         "task": {"name": "arithmetic", "length": 2, "options": {"modulus": 5}},
         "model": {"name": "transformer", "layers": 3, "width": 64},
-        "train": {"steps": 1200, "eval_every": 400, "eval_samples": 300, "batch_size": 64, "lr": 1e-3,
+        "train": {"steps": 2000, "eval_every": 400, "eval_samples": 300, "batch_size": 64, "lr": 1e-3,
                   "warmup_steps": 50, "threshold": 0.9},
         "device": "cpu",
     })
