@@ -254,3 +254,13 @@ def test_a_group_too_large_for_memory_is_stored_failed_per_member(store_path):
     outcome = run_sweep(configs, Store(store_path), group_size=2)
     assert [r.status for r in outcome.results] == ["failed", "failed"]
     assert all("needs about" in r.error for r in Store(store_path).results())
+
+
+def test_a_grid_sweep_trains_a_pruned_run_in_full(tmp_path):
+    store = Store(tmp_path / "s.db")
+    cfg = RunConfig.build({"task": {"length": 12}, "model": {"width": 8}, "device": "cpu"})
+    store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="pruned", steps=100,
+                        code_version=code_version()))
+    assert plan([cfg], store).todo == [cfg]
+    store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", code_version=code_version()))
+    assert plan([cfg], store).todo == []

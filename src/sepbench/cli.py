@@ -593,7 +593,7 @@ def sweep(
                 threads = _threads()
                 if not dry_run:
                     db.check_writable()
-                todo = plan(configs, db, reuse)
+                todo = plan(configs, db, reuse, halving=spec.lr_search == "halving")
             if group_size is None:
                 group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
             how = f", groups of up to {group_size}" if group_size > 1 else ""

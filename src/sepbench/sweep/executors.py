@@ -69,7 +69,8 @@ def _run_remote(config_json: str) -> str:
 @dataclass(frozen=True)
 class Reuse:
     """Which stored runs a sweep trains again: failed ones (``--retry-failed``), ones stored by other code
-    (``--retrain-stale``), or every one (``--force``). Diverged runs are results and are kept."""
+    (``--retrain-stale``), or every one (``--force``). Diverged runs are results and are kept; runs pruned by a
+    halving search are always trained in full by a grid sweep."""
 
     retry_failed: bool = False
     retrain_stale: bool = False
@@ -88,8 +89,9 @@ class Plan:
     """reused runs that were stored by other code (``code_version`` differs)"""
 
 
-def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) -> Plan:
-    """Split ``configs`` into those to train and those the store already answers, under ``reuse``."""
+def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), halving: bool = False) -> Plan:
+    """Split ``configs`` into those to train and those the store already answers, under ``reuse``; a run a
+    halving search pruned answers only another halving search (``halving``)."""
     from sepbench.train.environment import code_version
 
     stored, current = store.stored(), code_version()
@@ -100,7 +102,8 @@ def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) -> 
             outcome.todo.append(cfg)
             continue
         status, version, error = found
-        if (status == "failed" and reuse.retry_failed) or (version != current and reuse.retrain_stale):
+        retrain = (status == "failed" and reuse.retry_failed) or (version != current and reuse.retrain_stale)
+        if retrain or (status == "pruned" and not halving):
             outcome.todo.append(cfg)
             continue
         outcome.reused += 1
@@ -136,11 +139,9 @@ def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: O
         own.run(configs, store, on_result)
 
 
-def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
-            address: str | None = None) -> None:
-    """Each run a Ray task (one CPU) on the cluster at ``address``, or on a local instance of ``workers`` CPUs."""
-    if not configs:
-        return
+def start_ray(address: str | None, workers: int) -> tuple[object, bool]:
+    """The ``ray`` module, connected to ``address`` or to a local instance of ``workers`` CPUs started here (then
+    True: the caller shuts it down)."""
     try:
         import ray
     except ImportError:
@@ -150,6 +151,15 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
         options = {"address": address} if address else {"num_cpus": workers}
         with sigint_ignored():
             ray.init(include_dashboard=False, log_to_driver=False, **options)
+    return ray, started_here
+
+
+def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
+            address: str | None = None) -> None:
+    """Each run a Ray task (one CPU) on the cluster at ``address``, or on a local instance of ``workers`` CPUs."""
+    if not configs:
+        return
+    ray, started_here = start_ray(address, workers)
     remaining: list = []
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)

@@ -132,17 +132,11 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
 def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult,
                    address: str | None = None) -> None:
     """Each group a Ray task of one CPU; the driver stores the results."""
-    from sepbench.sweep.executors import failed_result
+    from sepbench.sweep.executors import failed_result, start_ray
 
     if not groups:
         return
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError("--backend ray needs the 'ray' package: pip install -r requirements-dev.txt") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(include_dashboard=False, log_to_driver=False, **({"address": address} if address else {"num_cpus": workers}))
+    ray, started_here = start_ray(address, workers)
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_group_remote)
         refs = {remote.remote([c.model_dump_json() for c in g]): g for g in groups}

@@ -25,10 +25,10 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
-from sepbench.models.accounting import count_parameters, measure_state_size
+from sepbench.models.accounting import count_parameters
 from sepbench.tasks import Batch
 from sepbench.train.environment import code_version, git_commit, package_version
-from sepbench.train.loop import Assessment, Trainer, lr_factor, stored_interval
+from sepbench.train.loop import Assessment, Trainer, lr_factor
 from sepbench.train.result import RunResult
 
 PER_MEMBER_MIXERS = {"lstm", "mamba"}
@@ -190,14 +190,8 @@ class _Member:
                 own[name].copy_(p[k])
 
     def finish(self, start: float) -> RunResult:
-        result, trainer = self.result, self.trainer
-        if result.status != "diverged":
-            result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        current = self.assessment if result.curve and result.curve[-1].step == result.steps else None
-        final = trainer.assess(full=True, resume=current)
-        result.metrics = final.metrics
-        result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
-        result.state_floats = measure_state_size(trainer.model, trainer.task.max_seq_len())
+        result = self.result
+        self.trainer.settle(result, self.assessment)
         result.wall_seconds = time.perf_counter() - start
         return result
 

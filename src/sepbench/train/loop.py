@@ -278,17 +278,22 @@ class Trainer:
             self._seconds += time.perf_counter() - start
         return result
 
-    def finish(self) -> RunResult:
-        """The result of what was trained so far: status, final metrics, state size and training seconds."""
-        result = self._begin()
-        start = time.perf_counter()
+    def settle(self, result: RunResult, last: Assessment | None) -> None:
+        """Final status, full-set metrics with intervals (continuing ``last`` when it was taken at the final
+        step) and state size of ``result``, trained by this Trainer's model."""
         if result.status != "diverged":
             result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        current = self._assessment if result.curve and result.curve[-1].step == result.steps else None
+        current = last if result.curve and result.curve[-1].step == result.steps else None
         final = self.assess(full=True, resume=current)
         result.metrics = final.metrics
         result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
         result.state_floats = measure_state_size(self.model, self.task.max_seq_len())
+
+    def finish(self) -> RunResult:
+        """The result of what was trained so far: status, final metrics, state size and training seconds."""
+        result = self._begin()
+        start = time.perf_counter()
+        self.settle(result, self._assessment)
         self._seconds += time.perf_counter() - start
         result.wall_seconds = self._seconds
         return result
