@@ -118,7 +118,7 @@ def test_cli_list_dry_run_and_bad_claim(tmp_path):
     assert listed.exit_code == 0 and "il-tf-vs-recurrent" in listed.stdout and "deng-learned" in listed.stdout
     dry = runner.invoke(app, ["reproduce", "bhattamishra2024", "--claim", "dyck-depth", "--dry-run", "--store",
                               str(tmp_path / "s.db")], terminal_width=300)
-    assert dry.exit_code == 0 and "18 runs to train" in dry.stdout and "forward FLOPs" in dry.stdout
+    assert dry.exit_code == 0 and "18 runs to train" in dry.stdout and "18 from steps timed now" in dry.stdout
     assert not (tmp_path / "s.db").exists()
     bad = runner.invoke(app, ["reproduce", "--claim", "nope"])
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "unknown claim 'nope'" in bad.stderr

@@ -999,7 +999,8 @@ def reproduce(
     are computed from the runs by the rule each claim states (see --list and docs/reproduction.md).
     """
     from sepbench.claims import select
-    from sepbench.claims.reproduce import estimate, judge, plan_claim
+    from sepbench.claims.reproduce import judge, plan_claim
+    from sepbench.sweep.costs import estimate
     from sepbench.store import Store
     from sepbench.sweep import Reuse
     from sepbench.sweep.progress import SweepProgress
@@ -1056,21 +1057,21 @@ def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
     table.add_column("claim", no_wrap=True)
     for column in ("runs", "stored", "to train", "estimate"):
         table.add_column(column)
-    every = []
+    every, known = [], {}
     for p in plans:
         if p.claim.kind == "theory":
             table.add_row(p.claim.id, "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
             continue
         every += p.todo
         table.add_row(p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
-                      estimate(p.todo, db).text(1))
+                      estimate(p.todo, db, known=known).text(1))
     out.print(table)
     unique = list({cfg.config_hash(): cfg for cfg in every}.values())
     for cfg in unique:
         out.print(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
                   f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}",
                   highlight=False, soft_wrap=True)
-    out.print(f"{len(unique)} runs to train: {estimate(unique, db).text(workers)}", highlight=False, soft_wrap=True)
+    out.print(f"{len(unique)} runs to train: {estimate(unique, db, known=known).text(workers)}", highlight=False, soft_wrap=True)
 
 
 def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:

@@ -350,6 +350,8 @@ def min_width_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(
 
 @lru_cache(maxsize=256)
 def _forward_flops(config_json: str, length: int) -> int:
+    import torch
+
     from sepbench.models import build_model
     from sepbench.models.accounting import forward_flops
     from sepbench.tasks import build_task
@@ -357,7 +359,9 @@ def _forward_flops(config_json: str, length: int) -> int:
     config = RunConfig.model_validate_json(config_json)
     task = build_task(config.task.name, length, config.task.options)
     tokens = task.max_seq_len(length)
-    return forward_flops(build_model(config.model, task.vocab_size, tokens), tokens)
+    with torch.device("meta"):  # shapes only: nothing allocated, however large the model
+        model = build_model(config.model, task.vocab_size, tokens)
+    return forward_flops(model, tokens)
 
 
 def estimate_forward_flops(config: RunConfig, length: int | None = None) -> int:
