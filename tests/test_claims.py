@@ -145,3 +145,16 @@ def test_cli_tiny_sweep_claim_resumes(tmp_path):
     assert "0 runs to train" in again.stdout
     text = (tmp_path / "rep" / "reproduction.md").read_text()
     assert "`dyck-depth`" in text and "train.steps=1" in text
+
+
+def test_cli_sweep_claim_trains_stacked_groups_when_asked(tmp_path, monkeypatch):
+    from sepbench.train import group
+
+    sizes = []
+    real = group.train_group
+    monkeypatch.setattr(group, "train_group", lambda configs, **kw: sizes.append(len(configs)) or real(configs, **kw))
+    args = ["reproduce", "bhattamishra2024", "--claim", "dyck-depth", "--store", str(tmp_path / "s.db"),
+            "--out", str(tmp_path / "rep"), "--group-size", "6", *[f"--set={k}={v}" for k, v in SMOKE.items()]]
+    result = runner.invoke(app, args, terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert sorted(sizes) == [6, 6, 6] and len(Store(tmp_path / "s.db")) == 18

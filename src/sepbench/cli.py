@@ -992,6 +992,9 @@ def reproduce(
     list_only: bool = typer.Option(False, "--list", help="print the catalogue and exit"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the runs still to train and an estimate of the time"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="train again the runs stored as failed"),
+    group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
+                                             help="runs of one cell (seeds, lrs) trained stacked in one worker "
+                                                  "[default: per device, 1 on CPU; see docs/sweeps.md]"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
@@ -1026,7 +1029,7 @@ def reproduce(
     with SweepProgress("reproduce", todo, err) as progress:
         for claim in claims:
             verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
-                                  reuse=Reuse(retry_failed=retry_failed)))
+                                  reuse=Reuse(retry_failed=retry_failed), group_size=group_size))
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 

@@ -32,8 +32,10 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
 
 def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
-          train: bool = True) -> ClaimVerdict:
+          train: bool = True, group_size: int | None = None) -> ClaimVerdict:
     """Train the claim's missing runs (or run its theory check), then evaluate its conditions.
+
+    ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
 
     ``wall_seconds`` is the stored wall time of the claim's runs (or its check), whether trained now or before.
     """
@@ -44,8 +46,11 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
         return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, seconds, 0)
     claim_plan = plan_claim(claim, scale, store, overrides, reuse)
     if train and claim_plan.todo:
+        from sepbench.sweep.grouped import default_group_size
+
+        size = group_size or default_group_size(claim_plan.todo[0].device)
         run_sweep(claim_plan.todo, store, workers=min(workers, len(claim_plan.todo)), on_result=on_result,
-                  reuse=reuse)
+                  reuse=reuse, group_size=size)
     results = {}
     for cfg in claim_plan.configs:
         found = store.get(cfg.config_hash())
