@@ -3,6 +3,7 @@ rows one evaluation chunk may take."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -79,10 +80,17 @@ def chunk_rows(model: SequenceModel, seq_len: int, logits_per_row: int, budget: 
 
 
 def _model_on_meta(config: RunConfig, vocab_size: int, max_len: int) -> SequenceModel:
+    return _meta_model(config.model.model_dump_json(), vocab_size, max_len)
+
+
+@lru_cache(maxsize=32)
+def _meta_model(model_json: str, vocab_size: int, max_len: int) -> SequenceModel:
+    """The model's shapes without storage; built once per shape (a sweep's seeds and learning rates share it)."""
+    from sepbench.config import ModelConfig
     from sepbench.models import build_model
 
     with torch.device("meta"):
-        return build_model(config.model, vocab_size, max_len)
+        return build_model(ModelConfig.model_validate_json(model_json), vocab_size, max_len)
 
 
 def _saved_bytes(model: torch.nn.Module, batch: int, length: int, vocab_size: int) -> int:
