@@ -181,19 +181,38 @@ def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
     from sepbench.demo import main
 
     spec = tmp_path / "demo.yaml"
-    spec.write_text("name: tiny\nbase: {task: {name: index_lookup, length: 12}, model: {layers: 1, width: 8},\n"
-                    "  train: {steps: 10, eval_every: 5, eval_samples: 50, batch_size: 8}, device: cpu}\n"
-                    "grid: {model.name: [transformer, lstm]}\n")
+    spec.write_text("name: tiny\nbase: {task: {name: index_lookup, length: 12, options: {alphabet_size: 4}},\n"
+                    "  model: {layers: 1, width: 8}, train: {steps: 10, eval_every: 5, eval_samples: 50, batch_size: 8},"
+                    " device: cpu}\ngrid: {model.name: [transformer, lstm]}\nlr_grid: [0.001]\nseeds: [0, 1]\n")
     page = main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
     printed = capsys.readouterr().out
     assert page == tmp_path / "report" / "index.html" and page.exists()
-    assert "2 runs, 0 already in" in printed and "[2/2]" in printed and "transformer-(1, 8)" in printed and "lstm-(1, 8)" in printed
+    assert "4 runs, 0 already in" in printed and "[4/4]" in printed and "transformer-(1, 8)" in printed and "lstm-(1, 8)" in printed
     assert str(page.resolve()) in printed.replace("\n", "")
+    budget = "10 steps of batch 8, learning rate 0.001 (the best per cell by mean accuracy), 2 seeds; alphabet of 4"
+    assert budget in " ".join(printed.split())
+    assert budget in " ".join(page.read_text().split())
     first = {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()}
-    assert len(first) == 2
+    assert len(first) == 4
     main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
-    assert "[1/2]" not in capsys.readouterr().out
+    assert "[1/4]" not in capsys.readouterr().out
     assert {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()} == first
+
+
+def test_demo_cells_take_the_best_learning_rate_and_show_the_seeds_range():
+    from sepbench.demo import accuracy_cells
+
+    def run(model: str, lr: float, seed: int, accuracy: float, status: str = "completed") -> RunResult:
+        cfg = RunConfig.model_validate({"task": {"name": "index_lookup", "length": 10},
+                                        "model": {"name": model, "layers": 1, "width": 8},
+                                        "train": {"lr": lr}, "seed": seed})
+        return RunResult(config=cfg, config_hash=cfg.config_hash(), status=status, metrics={"accuracy": accuracy},
+                         error="out of memory" if status == "failed" else None)
+
+    cells = accuracy_cells([run("lstm", 1e-3, 0, 0.5), run("lstm", 1e-3, 1, 0.7), run("lstm", 5e-3, 0, 0.9),
+                            run("lstm", 5e-3, 1, 0.96), run("mamba", 1e-3, 0, 0.0, "failed"),
+                            run("transformer", 1e-3, 0, 1.0), run("transformer", 1e-3, 1, 0.2, "failed")])
+    assert cells == {("lstm", 10): "0.93 (0.90-0.96)", ("mamba", 10): "failed", ("transformer", 10): "1.00 (1.00-1.00)"}
 
 
 def test_min_width_plot_overlays_the_recurrent_index_lookup_bound_of_thm3():
