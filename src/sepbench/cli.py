@@ -1043,16 +1043,15 @@ def _budget_text(scale: str, overrides: dict) -> str:
 
 
 def _print_catalogue(claims, scale: str) -> None:
-    table = Table(title="claims")
-    table.add_column("claim", no_wrap=True)
-    for column in ("paper", "where", "claim text", "kind", f"{scale} runs", "verdict rule"):
-        table.add_column(column)
+    """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
     for claim in claims:
-        runs = str(len(claim.configs(scale))) if claim.kind == "sweep" else f"check {claim.check}"
-        rule = "; ".join(c.text for c in claim.conditions) + f" (>= {claim.min_seeds} seeds)"
-        table.add_row(claim.id, claim.paper, claim.where, claim.text + (" [beyond the paper]" if claim.beyond_paper
-                                                                           else ""), claim.kind, runs, rule)
-    out.print(table)
+        runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
+        beyond = " [beyond the paper]" if claim.beyond_paper else ""
+        out.print(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}", highlight=False, soft_wrap=True)
+        out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
+        for condition in claim.conditions:
+            out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
+        out.print(f"  verdicts need >= {claim.min_seeds} seeds per group", highlight=False, soft_wrap=True)
 
 
 def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
