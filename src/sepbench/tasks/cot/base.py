@@ -83,6 +83,11 @@ class CotTask(Task):
         return EOS
 
     @property
+    def token_dtype(self) -> type[np.unsignedinteger]:
+        """The narrowest unsigned dtype holding every token id, in which rows are generated and stored."""
+        return np.uint8 if self.vocab_size <= 256 else np.uint16
+
+    @property
     def direct(self) -> bool:
         return self.options.mode == "direct"
 
@@ -181,7 +186,7 @@ class CotTask(Task):
     def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],
                   exclude: np.ndarray) -> tuple["Rows", np.ndarray]:
         width = self.max_seq_len() + 1
-        tokens = np.zeros((n, width), np.uint8 if self.vocab_size <= 256 else np.uint16)
+        tokens = np.zeros((n, width), self.token_dtype)
         prompts = np.zeros(n, np.int32)
         seen, filled, used = exclude, 0, 1
         chunk = int(np.clip(8_000_000 // width, 1024, 50_000))
