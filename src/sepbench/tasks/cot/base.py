@@ -142,8 +142,9 @@ class CotTask(Task):
 
     def generate_rows(self, n: int, rng: np.random.Generator, length: int | None = None,
                       train: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Padded full rows (with <eos>) and prompt lengths; the entry point of both data modes."""
-        return self._generate(n, rng, length or self.length, train)
+        """Padded full rows (with <eos>) in ``token_dtype`` and prompt lengths; the entry point of both data modes."""
+        rows, prompts = self._generate(n, rng, length or self.length, train)
+        return rows.astype(self.token_dtype, copy=False), prompts
 
     def to_batch(self, rows: np.ndarray, prompt_lengths: np.ndarray) -> Batch:
         """Next-token targets; the mask scores the CoT, the answer and <eos>, never the prompt."""
