@@ -95,24 +95,25 @@ class EditDistance(CotTask):
         Edited rows go in order of decreasing ``edits``, so the rows still being edited at a step are a prefix."""
         n, width = edits.shape[0], 2 * length + 3
         used = rng.integers(3, self.options.letters + 3, n)
-        alphabet = np.argsort(rng.random((n, 26)), axis=1).astype(np.int8)
+        alphabet = np.argsort(rng.random((n, 26)), axis=1).astype(np.int8).ravel()
+        before = np.tri(width + 1, width, -1, bool)  # before[k] marks the columns left of column k
 
         def letters(rows: np.ndarray, count: int) -> np.ndarray:
             pick = (rng.random((len(rows), count)) * used[rows, None]).astype(np.intp)
-            return np.take_along_axis(alphabet[rows], pick, axis=1)
+            return alphabet[rows[:, None] * 26 + pick]
 
-        col = np.arange(width)[None, :]
         first = np.full((n, width), -1, np.int8)
         first[:, :length] = letters(np.arange(n), length)
         second, second_len = first.copy(), np.full(n, length)
         is_random = rng.random(n) < self.options.random_prob
         chosen = np.flatnonzero(is_random)
         random_len = rng.integers(length - 3, length + 3, chosen.size)
-        second[chosen] = np.where(col < random_len[:, None], letters(chosen, width), -1)
+        second[chosen] = np.where(before.take(random_len, axis=0), letters(chosen, width), -1)
         second_len[chosen] = random_len
         edited = np.flatnonzero(~is_random)
         edited = edited[np.argsort(-edits[edited], kind="stable")]
         work, work_len, steps = second[edited], second_len[edited], -edits[edited]
+        padded = np.full((len(edited), width + 2), -1, np.int8)
         for step in range(int(-steps[0]) if steps.size else 0):
             m = int(np.searchsorted(steps, -step, side="left"))
             x, x_len = work[:m], work_len[:m]
@@ -121,13 +122,11 @@ class EditDistance(CotTask):
             insert, delete = kind == 2, kind == 0
             pos = (rng.random(m) * (x_len + insert)).astype(np.intp)
             new = letters(edited[:m], 1)[:, 0]
-            shifted = x.copy()
-            shifted[delete, :-1] = x[delete, 1:]
-            shifted[delete, -1] = -1
-            shifted[insert, 1:] = x[insert, :-1]
-            work[:m] = np.where(col < pos[:, None], x, shifted)
-            keep = ~delete
-            work[np.flatnonzero(keep), pos[keep]] = new[keep]
+            padded[:m, 1:-1] = x
+            moved = np.where(delete[:, None], padded[:m, 2:], padded[:m, :-2])
+            work[:m] = np.where(before.take(np.where(kind == 1, width, pos), axis=0), x, moved)
+            keep = np.flatnonzero(~delete)
+            work.ravel()[keep * width + pos[keep]] = new[keep]
             work_len[:m] = x_len + insert - delete
         second[edited], second_len[edited] = work, work_len
         return first, second, second_len
@@ -163,19 +162,19 @@ class EditDistance(CotTask):
     def layout(self, a: np.ndarray, a_len: np.ndarray, b: np.ndarray, b_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token rows (with <eos>) and prompt lengths from letter-index strings. The rows of one pair of
         lengths share one layout, so each such group is written by slicing."""
-        dp = self._table(a, b)
         n = a.shape[0]
+        numbers = np.ascontiguousarray((NUMBER0 + self._table(a, b)).astype(self.token_dtype).transpose(2, 0, 1))
         row_width = int(self.row_char) + (1 + int(self.column_chars)) * b_len + 1
         total = a_len + b_len + 4 + (0 if self.direct else a_len * row_width + 1)
         out = np.zeros((n, int(total.max(initial=2))), self.token_dtype)
         pairs, group = np.unique(a_len * (b.shape[1] + 1) + b_len, return_inverse=True)
         for index, (p, q) in enumerate(zip(pairs // (b.shape[1] + 1), pairs % (b.shape[1] + 1))):
             rows = np.flatnonzero(group == index) if len(pairs) > 1 else np.arange(n)
-            out[rows, : int(total[rows[0]])] = self._group_rows(dp[:, :, rows], a[rows], b[rows], int(p), int(q))
+            out[rows, : int(total[rows[0]])] = self._group_rows(numbers[rows], a[rows], b[rows], int(p), int(q))
         return out, a_len + b_len + 2
 
-    def _group_rows(self, dp: np.ndarray, a: np.ndarray, b: np.ndarray, p: int, q: int) -> np.ndarray:
-        """The token rows of samples whose strings have lengths p and q (dp with the samples last)."""
+    def _group_rows(self, numbers: np.ndarray, a: np.ndarray, b: np.ndarray, p: int, q: int) -> np.ndarray:
+        """The token rows of samples whose strings have lengths p and q (``numbers``: their DP tables as tokens)."""
         m = a.shape[0]
         row_width = int(self.row_char) + (1 + int(self.column_chars)) * q + 1
         start = p + q + 2
@@ -189,7 +188,7 @@ class EditDistance(CotTask):
             first = int(self.row_char)
             if self.row_char:
                 body[:, :, 0] = LETTER0 + a[:, :p]
-            cells = (NUMBER0 + dp[1 : p + 1, 1 : q + 1]).transpose(2, 0, 1)
+            cells = numbers[:, 1 : p + 1, 1 : q + 1]
             if self.column_chars:
                 body[:, :, first : first + 2 * q : 2] = (LETTER0 + b[:, :q])[:, None, :]
                 body[:, :, first + 1 : first + 2 * q : 2] = cells
@@ -199,7 +198,7 @@ class EditDistance(CotTask):
             start += p * row_width
             block[:, start] = SEP
             start += 1
-        block[:, start] = NUMBER0 + dp[p, q]
+        block[:, start] = numbers[:, p, q]
         block[:, start + 1] = EOS
         return block
 
