@@ -5,7 +5,8 @@
 
 For each CoT task at the paper's largest size:
 - ``fresh``: rows per CPU second of ``generate_rows`` (the ``data: fresh`` path), and of the reference's loop;
-- ``split``: CPU seconds and peak traced memory (tracemalloc, which counts numpy's buffers) of ``split_rows``
+- ``split``: CPU seconds and, from a second run, peak traced memory (tracemalloc, which counts numpy's buffers
+  and would slow the timed run) of ``split_rows``
   for the protocol's train + test sets (the ``data: fixed`` path), and the reference's rows per CPU second
   building its sets (their sampling + Python-set dedup, same counts, scaled from a smaller run).
 The reference is timed through ``sepbench.tasks.cot.reference``, a plain-Python restatement of Feng et al.'s
@@ -61,8 +62,9 @@ def main() -> None:
         task = build_task(name, size)
         fresh = fresh_rows / cpu(lambda: task.generate_rows(fresh_rows, np.random.default_rng(0), train=True))
         ref = reference_rate(name, size, reference_rows // (8 if name == "lis" else 1))
-        tracemalloc.start()
         seconds = cpu(lambda: task.split_rows(n_train, n_train // 10, np.random.default_rng(1)))
+        tracemalloc.start()  # a second, traced run: tracing every allocation slows numpy code up to 2x
+        task.split_rows(n_train, n_train // 10, np.random.default_rng(1))
         peak = tracemalloc.get_traced_memory()[1] / 1e9
         tracemalloc.stop()
         split = 1.1 * n_train / seconds

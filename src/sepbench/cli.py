@@ -64,6 +64,11 @@ def packaged_config(path: Path) -> Path:
                   soft_wrap=True)
     return found
 
+def _data_cache_option():
+    return typer.Option(None, "--data-cache", envvar="SEPBENCH_DATA_CACHE",
+                        help="folder where fixed CoT data sets (train.data: fixed) are kept for later runs "
+                             "[default: none, each run draws its own]")
+
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
@@ -227,6 +232,7 @@ def run(
     threads: Optional[int] = typer.Option(
         None, min=1, help="intra-op CPU threads (default: $SEPBENCH_THREADS, else 1; a second thread at best halves "
         "a step on an idle machine and made steps 3-15x slower when other jobs held the cores: docs/sweeps.md)"),
+    data_cache: Optional[Path] = _data_cache_option(),
 ) -> None:
     """Train one model on one task and store the result."""
     import torch
@@ -238,6 +244,7 @@ def run(
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     with bad_input_exits():
+        _use_data_cache(data_cache)
         torch.set_num_threads(_threads(threads))
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
@@ -277,6 +284,23 @@ def run(
         err.print(f"error: run {key} failed ({result.error}); stored as failed in {db.path}",
                   markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _use_data_cache(folder: Path | None) -> None:
+    """Cache fixed CoT data sets in ``folder`` for this process and the workers it starts (docs/cot_tasks.md)."""
+    import os
+
+    from sepbench.train.data_cache import CACHE_ENV
+
+    if folder is None:
+        return
+    folder = folder.expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise ConfigError(f"--data-cache {folder} cannot be used as a folder ({problem.strerror}); give a "
+                          "writable folder") from None
+    os.environ[CACHE_ENV] = str(folder.resolve())
 
 
 def _code_of(result) -> str:
@@ -568,6 +592,7 @@ def sweep(
     group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
                                              help="runs of one cell (seeds, lrs) trained stacked in one worker "
                                                   "[default: per device, 1 on CPU; see docs/sweeps.md]"),
+    data_cache: Optional[Path] = _data_cache_option(),
 ) -> None:
     """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
 
@@ -579,6 +604,8 @@ def sweep(
     from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.progress import SweepProgress
 
+    with bad_input_exits():
+        _use_data_cache(data_cache)
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     db = Store(store)
     finished: list[RunResult] = []
@@ -752,6 +779,7 @@ def minwidth(
     lrs: Optional[str] = typer.Option(None, help="learning rates tried at each width, comma-separated"),
     lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
     eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
+    data_cache: Optional[Path] = _data_cache_option(),
 ) -> None:
     """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law.
 
@@ -761,6 +789,8 @@ def minwidth(
     from sepbench.store import Store
     from sepbench.sweep import Reuse
 
+    with bad_input_exits():
+        _use_data_cache(data_cache)
     db = Store(store)
     before = len(db)
     try:

@@ -16,6 +16,7 @@ from sepbench.config import RunConfig, TrainConfig
 from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, measure_state_size
 from sepbench.tasks import Batch, Task, build_task
+from sepbench.train.data_cache import cached_split
 from sepbench.train.decode import evaluate_by_generation
 from sepbench.train.environment import (
     code_version, data_rng, git_commit, package_version, resolve_device, seed_everything,
@@ -167,7 +168,8 @@ class Trainer:
         self.eval_sets = {n: self.task.sample_eval(config.train.eval_samples, eval_rng, n) for n in self.lengths}
         self.fixed = self.fixed_rows = None
         if config.train.data == "fixed" and self.task.deduplicated_split:  # narrow rows, batched per step
-            self.fixed_rows, test = self.task.split_rows(config.train.train_size, config.train.eval_samples, self.train_rng)
+            self.fixed_rows, test = cached_split(self.task, config.train.train_size, config.train.eval_samples,
+                                                 self.train_rng)
             self.eval_sets[config.task.length] = self.task.to_batch(test.tokens, test.prompts)
         elif config.train.data == "fixed":
             self.fixed = self.task.sample_train(config.train.train_size, self.train_rng)

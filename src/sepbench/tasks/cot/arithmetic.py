@@ -1,6 +1,7 @@
 """Arithmetic(n, p): evaluate an expression mod p step by step (Yang et al. 2024, sec. 5 and C.1; Feng et al. 2023 format)."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal, Sequence
 
 import numpy as np
@@ -73,10 +74,7 @@ class Arithmetic(CotTask):
         else:
             counts = np.zeros(length, np.int64)
             counts[-1] = n
-        parts = [self._generate_fixed(int(c), k + 1, rng) for k, c in enumerate(counts) if c]
-        width = max(rows.shape[1] for rows, _ in parts)
-        rows = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r, _ in parts])
-        prompts = np.concatenate([p for _, p in parts])
+        rows, prompts = self._rows_with(np.repeat(np.arange(length, 0, -1), counts[::-1]), rng)
         order = rng.permutation(n)
         return _trimmed(rows[order]), prompts[order]
 
@@ -89,7 +87,8 @@ class Arithmetic(CotTask):
         return [(int(share), k + 1) for k, share in enumerate(shares)] + [(None, self.length)]
 
     def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
-        rows, prompts = self._generate_fixed(n, self.length if stage == "test" else int(stage), rng)
+        operators = self.length if stage == "test" else int(stage)
+        rows, prompts = self._rows_with(np.full(n, operators), rng)
         return _trimmed(rows), prompts
 
     def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
@@ -102,95 +101,138 @@ class Arithmetic(CotTask):
             out[i, : len(tokens)] = tokens
         return out
 
-    def _generate_fixed(self, n: int, operators: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        rows, prompts = np.zeros((0, 1), np.int64), np.zeros(0, np.int64)
-        cap = self.cot_cap(operators)
-        while len(rows) < n:
-            need = n - len(rows)
-            new, new_prompts, cot_lengths = self._expand(max(need + need // 8 + 16, 64), operators, rng)
+    def _rows_with(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One sample per entry of ``operators`` (non-increasing) with that many operators; a sample whose
+        CoT is longer than the cap is drawn again with the same count."""
+        caps = np.array([self.cot_cap(k) for k in range(int(operators.max(initial=0)) + 1)])
+        parts, todo = [], np.arange(len(operators))
+        while todo.size:
+            rows, prompts, cot_lengths = self._expand(operators[todo], rng)
             if self.options.order == "leftmost" and not self.direct:
-                new = self._leftmost_rows(new, new_prompts)
-                cot_lengths = (new != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
-            ok = np.flatnonzero(cot_lengths <= cap)[:need]
-            width = max(rows.shape[1], new.shape[1])
-            rows = np.concatenate([np.pad(rows, ((0, 0), (0, width - rows.shape[1]))),
-                                   np.pad(new[ok], ((0, 0), (0, width - new.shape[1])))])
-            prompts = np.concatenate([prompts, new_prompts[ok]])
-        return rows, prompts
+                rows = self._leftmost_rows(rows, prompts)
+                cot_lengths = (rows != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
+            ok = cot_lengths <= caps[operators[todo]]
+            if ok.all():
+                parts.append((todo, rows, prompts))
+                break
+            parts.append((todo[ok], rows[ok], prompts[ok]))
+            todo = todo[~ok]
+        if len(parts) == 1:
+            return parts[0][1], parts[0][2]
+        out = np.zeros((len(operators), max(rows.shape[1] for _, rows, _ in parts)), self.token_dtype)
+        prompts = np.empty(len(operators), np.int64)
+        for index, rows, part_prompts in parts:
+            out[index, : rows.shape[1]] = rows
+            prompts[index] = part_prompts
+        return out, prompts
 
-    def _expand(self, n: int, operators: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """n samples with exactly ``operators`` operators: rows, prompt lengths and CoT lengths."""
-        p, rows = self.p, np.arange(n)
-        expr = np.full((n, 2), PAD, np.int16)
-        expr[:, 0] = NUMBER0 + rng.integers(0, p, n)
-        history = [expr]
-        piece = np.full((n, 5), PAD, np.int16)
-        for step in range(operators):
-            is_number = expr >= NUMBER0
-            pick = rng.integers(1, step + 2, n, dtype=np.int16)
-            pos = np.argmax(is_number & (np.cumsum(is_number, axis=1, dtype=np.int16) == pick[:, None]), axis=1)
-            value = expr[rows, pos] - NUMBER0
-            left = np.where(pos > 0, expr[rows, np.maximum(pos - 1, 0)], PAD)
-            right = expr[rows, pos + 1]
-            a, op, b = self._expansions(value, rng)
-            additive = (op == PLUS) | (op == MINUS)
-            bracket = (left == DIVIDE) | additive & ((left == TIMES) | (left == MINUS) | (right == TIMES) | (right == DIVIDE))
-            piece[:] = PAD
-            piece[:, 0] = np.where(bracket, OPEN, a)
-            piece[:, 1] = np.where(bracket, a, op)
-            piece[:, 2] = np.where(bracket, op, b)
-            piece[bracket, 3] = b[bracket]
-            piece[bracket, 4] = CLOSE
-            size = np.where(bracket, 5, 3)[:, None]
-            width = expr.shape[1]
-            col = np.arange(width + 4)[None, :]
-            at = pos[:, None]
-            source = np.where(col < at, col, col - size + 1)
-            grown = np.take_along_axis(np.pad(expr, ((0, 0), (0, 5))), np.clip(source, 0, width + 4), axis=1)
-            inserted = np.take_along_axis(piece, np.clip(col - at, 0, 4), axis=1)
-            expr = np.where((col >= at) & (col < at + size), inserted, grown)
-            history.append(expr)
-        lengths = [(h != PAD).sum(axis=1) for h in history]
+    def _expand(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Samples with ``operators[i]`` operators (non-increasing): rows, prompt lengths and CoT lengths.
+
+        Expansion s acts on the samples with at least s operators, a prefix; it writes its expression into
+        its own slot of a buffer laid out as the row is (the last expression first, each followed by ``=``),
+        and the rows are the buffer's tokens packed to the left. ``leaves`` holds where the numbers are."""
+        n, top = len(operators), int(operators.max(initial=0))
+        active = np.searchsorted(-operators, -np.arange(top + 1), side="right")
+        first = (NUMBER0 + rng.integers(0, self.p, n)).astype(self.token_dtype)
+        lengths, total = np.ones(n, np.int64), np.ones(n, np.int64)
+        leaves = np.zeros((top + 1, n), np.int32)
         if self.direct:
-            parts = [(history[-1], lengths[-1]), (np.full((n, 1), EQUALS), 1), (history[0][:, :1], 1), (np.full((n, 1), EOS), 1)]
+            work = np.zeros((n, 4 * top + 1), self.token_dtype)
+            work[:, 0] = first
         else:
-            parts = [part for h, k in zip(reversed(history), reversed(lengths)) for part in ((h, k), (np.full((n, 1), EQUALS), 1))]
-            parts[-1] = (np.full((n, 1), EOS), 1)
-        total = sum(k for _, k in parts)
-        out = np.full((n, int(np.max(total)) + 1), PAD, np.int64)
-        trash = out.shape[1] - 1
-        offset = np.zeros(n, np.int64)
-        for values, k in parts:
-            j = np.arange(values.shape[1])[None, :]
-            index = np.where(j < np.reshape(k, (-1, 1)), offset[:, None] + j, trash)
-            np.put_along_axis(out, index, values, axis=1)
-            offset = offset + k
-        out[:, trash] = PAD
-        cot_lengths = sum(lengths) + operators
-        return out[:, :-1], lengths[-1] + 1, cot_lengths
+            offsets = np.cumsum([0] + [4 * s + 2 for s in range(top, 0, -1)])[::-1]  # slot s starts at offsets[s]
+            buffer = np.zeros((n, offsets[0] + 2), self.token_dtype)
+            buffer[:, offsets[0]] = first
+            buffer[:, offsets[0] + 1] = EOS
+            work = buffer[:, offsets[0] :]
+        for s in range(1, top + 1):
+            m, width = int(active[s]), 4 * s + 1
+            new, grow = self._step(work[:m, : width - 4], leaves, s, rng)
+            lengths[:m] += grow
+            total[:m] += lengths[:m]
+            if self.direct:
+                work[:m, :width] = new
+            else:
+                buffer[:m, offsets[s] : offsets[s] + width] = new
+                buffer[:m, offsets[s] + width] = EQUALS
+                work = buffer[:, offsets[s] :]
+        if self.direct:
+            rows = np.zeros((n, 4 * top + 4), self.token_dtype)
+            rows[:, : work.shape[1]] = work
+            index = np.arange(n)
+            rows[index, lengths], rows[index, lengths + 1], rows[index, lengths + 2] = EQUALS, first, EOS
+            rows = rows[:, : int(lengths.max(initial=0)) + 3]
+        else:
+            used = total + operators + 1
+            rows = np.zeros((n, int(used.max(initial=0))), self.token_dtype)
+            rows[np.tri(rows.shape[1] + 1, rows.shape[1], -1, bool).take(used, axis=0)] = buffer[buffer != PAD]
+        return rows, lengths + 1, total + operators
+
+    def _step(self, expr: np.ndarray, leaves: np.ndarray, s: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Expansion s of every row of ``expr`` (s numbers, at ``leaves[:s]`` in any order, updated in place): a
+        uniform number x becomes (a op b), bracketed where precedence needs it. Returns the expressions, 4 wider, and
+        how many tokens each grew by. Rows are indexed flat and row-dependent cuts are masks from ``np.tri``."""
+        m, width = expr.shape
+        base = np.zeros((m, width + 4), expr.dtype)
+        base[:, :width] = expr
+        starts = np.arange(m) * (width + 4)
+        pick = rng.integers(0, s, m, dtype=np.int32)
+        leaf = pick * leaves.shape[1] + np.arange(m)
+        at = leaves.ravel()[leaf]
+        flat, where = base.ravel(), starts + at
+        value = flat[where].astype(np.int64) - NUMBER0
+        left = np.where(at > 0, flat[where - 1], PAD)
+        right = flat[where + 1]
+        a, op, b = self._expansions(value, rng)
+        additive = (op == PLUS) | (op == MINUS)
+        bracket = (left == DIVIDE) | additive & ((left == TIMES) | (left == MINUS) | (right == TIMES) | (right == DIVIDE))
+        wide = np.flatnonzero(bracket)
+        shifted = np.zeros_like(base)
+        shifted[:, 2:] = base[:, :-2]
+        shifted[wide, 4:] = base[wide, :-4]
+        out = np.where(np.tri(width, width + 4, -1, bool).take(at, axis=0), base, shifted)
+        written = out.ravel()
+        written[where] = np.where(bracket, OPEN, a)
+        written[where + 1] = np.where(bracket, a, op)
+        written[where + 2] = np.where(bracket, op, b)
+        written[where[wide] + 3] = b[wide]
+        written[where[wide] + 4] = CLOSE
+        grow = np.where(bracket, np.int32(4), np.int32(2))
+        later = leaves[:s, :m]
+        later += (later > at) * grow
+        leaves.ravel()[leaf] = at + bracket
+        leaves[s, :m] = at + 2 + bracket
+        return out, grow
 
     def _expansions(self, value: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(a, op, b) with a op b = value (mod p), drawn as the reference draws them (Feng et al. 2023,
+        """(a, op, b) tokens with a op b = value (mod p), drawn as the reference draws them (Feng et al. 2023,
         arithmetic/data.py): a and op uniform, b solved for; an invalid draw (a = 0 under * or /, a zero
-        divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly."""
-        p = self.p
-        a, op, b = (np.empty(value.shape[0], np.int16) for _ in range(3))
+        divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly.
+        One uniform draw over (a, op, free b) per try, looked up in ``_expansion_table``."""
+        size = 4 * self.p * self.p
+        code = np.empty(value.shape[0], np.int32)
         todo = np.arange(value.shape[0])
         while todo.size:
-            x = value[todo].astype(np.int64)
-            first = rng.integers(0, p, todo.size)
-            sign = np.asarray(OPERATORS, np.int16)[rng.integers(0, 4, todo.size)]
-            free = rng.integers(0, p, todo.size)
-            second = np.select([sign == PLUS, sign == MINUS, sign == TIMES],
-                               [(x - first) % p, (first - x) % p,
-                                np.where(first == 0, free, x * self.inverse[first] % p)],
-                               np.where(x == 0, free, first * self.inverse[x] % p))
-            invalid = np.where(sign == TIMES, (first == 0) & (x != 0),
-                               (sign == DIVIDE) & (((first == 0) != (x == 0)) | (first == 0) & (free == 0)))
-            done = todo[~invalid]
-            a[done], op[done], b[done] = first[~invalid], sign[~invalid], second[~invalid]
-            todo = todo[invalid]
-        return NUMBER0 + a, op, NUMBER0 + b
+            found = self._expansion_table[value[todo] * size + rng.integers(0, size, todo.size)]
+            code[todo] = found
+            todo = todo[found < 0]
+        return code >> 16, code >> 8 & 255, code & 255
+
+    @cached_property
+    def _expansion_table(self) -> np.ndarray:
+        """At [x * 4p^2 + (free * 4 + op) * p + a] (op indexing OPERATORS, free the b drawn where any b
+        works): the tokens a, op, b packed as a << 16 | op << 8 | b, or -1 for a draw the reference rejects."""
+        p = self.p
+        x, free, sign, a = np.meshgrid(np.arange(p), np.arange(p), np.arange(4), np.arange(p), indexing="ij")
+        inverse = self.inverse
+        b = np.select([sign == 0, sign == 1, sign == 2],
+                      [(x - a) % p, (a - x) % p, np.where(a == 0, free, x * inverse[a] % p)],
+                      np.where(x == 0, free, a * inverse[x] % p))
+        invalid = np.where(sign == 2, (a == 0) & (x != 0),
+                           (sign == 3) & (((a == 0) != (x == 0)) | (a == 0) & (free == 0)))
+        packed = (NUMBER0 + a) << 16 | np.asarray(OPERATORS)[sign] << 8 | (NUMBER0 + b)
+        return np.where(invalid, -1, packed).astype(np.int32).ravel()
 
     # --- plain-Python oracle and checker -------------------------------------------------------------
 
@@ -253,8 +295,9 @@ class Arithmetic(CotTask):
 
 
 def _trimmed(rows: np.ndarray) -> np.ndarray:
-    """Rows without the all-PAD columns that rejected longer draws leave at the end."""
-    return rows[:, : int((rows != PAD).sum(axis=1).max(initial=1))]
+    """Rows (packed to the left) without the all-PAD columns that rejected longer draws leave at the end."""
+    used = np.flatnonzero(rows.any(axis=0))
+    return rows[:, : int(used[-1]) + 1 if used.size else 1]
 
 
 def _split(tokens: list[int], separator: int) -> list[list[int]]:

@@ -32,17 +32,39 @@ def compact(values: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return out[:, :trash], lengths
 
 
-_HASH_WEIGHTS = np.random.default_rng(12345).integers(1, 2**63, size=4096, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+_SALTS = np.random.default_rng(12345).integers(0, 2**63, size=4096, dtype=np.uint64) * np.uint64(2)
 
 
-def row_hashes(rows: np.ndarray, block: int = 64) -> np.ndarray:
-    """A 64-bit hash per row: sum of token * odd random weight (mod 2^64), so trailing PAD (0) columns
-    do not change it; equal rows collide, distinct ones almost never."""
-    out = np.zeros(rows.shape[0], np.uint64)
-    with np.errstate(over="ignore"):
-        for start in range(0, rows.shape[1], block):
-            part = rows[:, start : start + block].astype(np.uint64)
-            out += part @ _HASH_WEIGHTS[start : start + part.shape[1]]
+def _mix(words: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place: a bijection of uint64 that spreads every input bit."""
+    words ^= words >> np.uint64(33)
+    words *= np.uint64(0xFF51AFD7ED558CCD)
+    words ^= words >> np.uint64(33)
+    words *= np.uint64(0xC4CEB9FE1A85EC53)
+    words ^= words >> np.uint64(33)
+    return words
+
+
+_SALTS_MIXED = _mix(_SALTS.copy())
+
+
+def row_hashes(rows: np.ndarray, block: int = 32) -> np.ndarray:
+    """A 64-bit hash per row: its bytes in 8-byte words, each salted by its place and mixed, summed (mod 2^64)
+    less the mixed salts, so all-zero words (trailing PAD) add nothing; equal rows (of one dtype) collide,
+    distinct ones almost never."""
+    rows = np.ascontiguousarray(rows)
+    n, size = rows.shape[0], rows.shape[1] * rows.itemsize
+    data = rows.view(np.uint8).reshape(n, size)
+    if size % 8:
+        data = np.zeros((n, size + 8 - size % 8), np.uint8)
+        data[:, :size] = rows.view(np.uint8).reshape(n, size)
+    words = data.view(np.uint64)
+    out = np.zeros(n, np.uint64)
+    for start in range(0, words.shape[1], block):
+        part = words[:, start : start + block]
+        part = _mix(part ^ _SALTS[start : start + part.shape[1]])
+        part -= _SALTS_MIXED[start : start + part.shape[1]]
+        out += part.sum(axis=1, dtype=np.uint64)
     return out
 
 
@@ -81,6 +103,11 @@ class CotTask(Task):
     @property
     def eos_id(self) -> int:
         return EOS
+
+    @property
+    def token_dtype(self) -> type[np.unsignedinteger]:
+        """The narrowest unsigned dtype holding every token id, in which rows are generated and stored."""
+        return np.uint8 if self.vocab_size <= 256 else np.uint16
 
     @property
     def direct(self) -> bool:
@@ -137,8 +164,9 @@ class CotTask(Task):
 
     def generate_rows(self, n: int, rng: np.random.Generator, length: int | None = None,
                       train: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Padded full rows (with <eos>) and prompt lengths; the entry point of both data modes."""
-        return self._generate(n, rng, length or self.length, train)
+        """Padded full rows (with <eos>) in ``token_dtype`` and prompt lengths; the entry point of both data modes."""
+        rows, prompts = self._generate(n, rng, length or self.length, train)
+        return rows.astype(self.token_dtype, copy=False), prompts
 
     def to_batch(self, rows: np.ndarray, prompt_lengths: np.ndarray) -> Batch:
         """Next-token targets; the mask scores the CoT, the answer and <eos>, never the prompt."""
@@ -181,7 +209,7 @@ class CotTask(Task):
     def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],
                   exclude: np.ndarray) -> tuple["Rows", np.ndarray]:
         width = self.max_seq_len() + 1
-        tokens = np.zeros((n, width), np.uint8 if self.vocab_size <= 256 else np.uint16)
+        tokens = np.zeros((n, width), self.token_dtype)
         prompts = np.zeros(n, np.int32)
         seen, filled, used = exclude, 0, 1
         chunk = int(np.clip(8_000_000 // width, 1024, 50_000))
@@ -191,15 +219,17 @@ class CotTask(Task):
                 size = min(chunk, left) if left is not None else min(chunk, (n - filled) + (n - filled) // 8 + 64)
                 rows, row_prompts = self.stage_rows(size, rng, stage)
                 left = None if left is None else left - size
-                hashes = row_hashes(rows)
+                hashes = row_hashes(rows.astype(self.token_dtype, copy=False))
                 unique, first = np.unique(hashes, return_index=True)
                 at = np.searchsorted(seen, unique)
                 new = ~((at < len(seen)) & (seen[np.minimum(at, len(seen) - 1)] == unique)) if len(seen) else np.ones(len(unique), bool)
                 fresh = np.sort(first[new])[: n - filled]
                 stale = 0 if len(fresh) else stale + 1
-                tokens[filled : filled + len(fresh), : rows.shape[1]] = rows[fresh]
+                block = tokens[filled : filled + len(fresh), : rows.shape[1]]
+                block[...] = rows[fresh]
                 prompts[filled : filled + len(fresh)] = row_prompts[fresh]
-                used = max(used, int((rows[fresh] != PAD).sum(axis=1).max(initial=1)))
+                columns = np.flatnonzero(block.any(axis=0))
+                used = max(used, int(columns[-1]) + 1 if columns.size else 1)
                 filled += len(fresh)
                 seen = np.insert(seen, np.searchsorted(seen, np.sort(hashes[fresh])), np.sort(hashes[fresh]))
         if filled < n:

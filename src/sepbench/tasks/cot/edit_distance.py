@@ -7,7 +7,7 @@ import numpy as np
 from pydantic import Field
 
 from sepbench.tasks.base import TASKS
-from sepbench.tasks.cot.base import EOS, PAD, CotOptions, CotTask, compact
+from sepbench.tasks.cot.base import EOS, PAD, CotOptions, CotTask
 
 SEP, BAR, COMMA, LETTER0 = 1, 3, 4, 5
 NUMBER0 = LETTER0 + 26
@@ -90,88 +90,117 @@ class EditDistance(CotTask):
     def _draw_pair(self, edits: np.ndarray, rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One draw of the reference's pair for each entry of ``edits``: L letters of 3..letters+2 random
         ones, then with ``random_prob`` a random string of length L-3..L+2, else the first string after
-        ``edits`` random deletions, substitutions or insertions (a deletion from 2 letters inserts instead)."""
-        n, width = edits.shape[0], 2 * length + 3
-        rows = np.arange(n)
-        used = rng.integers(3, self.options.letters + 3, n)
-        alphabet = np.argsort(rng.random((n, 26)), axis=1).astype(np.int8)
+        ``edits`` random deletions, substitutions or insertions (a deletion from 2 letters inserts instead).
 
-        def letters(shape: tuple[int, ...]) -> np.ndarray:
-            scale = used[:, None] if len(shape) == 2 else used
-            pick = (rng.random(shape) * scale).astype(np.int64)
-            return alphabet[rows[:, None], pick] if len(shape) == 2 else alphabet[rows, pick]
+        Edited rows go in order of decreasing ``edits``, so the rows still being edited at a step are a prefix."""
+        n, width = edits.shape[0], 2 * length + 3
+        used = rng.integers(3, self.options.letters + 3, n)
+        alphabet = np.argsort(rng.random((n, 26)), axis=1).astype(np.int8).ravel()
+        before = np.tri(width + 1, width, -1, bool)  # before[k] marks the columns left of column k
+
+        def letters(rows: np.ndarray, count: int) -> np.ndarray:
+            pick = (rng.random((len(rows), count)) * used[rows, None]).astype(np.intp)
+            return alphabet[rows[:, None] * 26 + pick]
 
         first = np.full((n, width), -1, np.int8)
-        first[:, :length] = letters((n, length))
+        first[:, :length] = letters(np.arange(n), length)
         second, second_len = first.copy(), np.full(n, length)
-        col = np.arange(width)[None, :]
-        for step in range(int(edits.max(initial=0))):
-            active = step < edits
-            kind = rng.integers(0, 3, n)  # 0 delete, 1 replace, 2 insert
-            kind = np.where((kind == 0) & (second_len <= 2), 2, kind)
-            pos = (rng.random(n) * (second_len + (kind == 2))).astype(np.int64)
-            new = letters((n,))
-            at = pos[:, None]
-            grow = np.where(kind == 0, -1, np.where(kind == 2, 1, 0))
-            source = np.clip(np.where(col < at, col, col - grow[:, None]), 0, width - 1)
-            moved = np.take_along_axis(second, source, axis=1)
-            moved = np.where((kind[:, None] != 0) & (col == at), new[:, None], moved)
-            moved = np.where(col >= (second_len + grow)[:, None], -1, moved)
-            second = np.where(active[:, None], moved, second)
-            second_len = np.where(active, second_len + grow, second_len)
-        random_len = rng.integers(length - 3, length + 3, n)
-        random_str = np.where(col < random_len[:, None], letters((n, width)), -1).astype(np.int8)
         is_random = rng.random(n) < self.options.random_prob
-        second = np.where(is_random[:, None], random_str, second)
-        second_len = np.where(is_random, random_len, second_len)
+        chosen = np.flatnonzero(is_random)
+        random_len = rng.integers(length - 3, length + 3, chosen.size)
+        second[chosen] = np.where(before.take(random_len, axis=0), letters(chosen, width), -1)
+        second_len[chosen] = random_len
+        edited = np.flatnonzero(~is_random)
+        edited = edited[np.argsort(-edits[edited], kind="stable")]
+        work, work_len, steps = second[edited], second_len[edited], -edits[edited]
+        padded = np.full((len(edited), width + 2), -1, np.int8)
+        for step in range(int(-steps[0]) if steps.size else 0):
+            m = int(np.searchsorted(steps, -step, side="left"))
+            x, x_len = work[:m], work_len[:m]
+            kind = rng.integers(0, 3, m)  # 0 delete, 1 replace, 2 insert
+            kind[(kind == 0) & (x_len <= 2)] = 2
+            insert, delete = kind == 2, kind == 0
+            pos = (rng.random(m) * (x_len + insert)).astype(np.intp)
+            new = letters(edited[:m], 1)[:, 0]
+            padded[:m, 1:-1] = x
+            moved = np.where(delete[:, None], padded[:m, 2:], padded[:m, :-2])
+            work[:m] = np.where(before.take(np.where(kind == 1, width, pos), axis=0), x, moved)
+            keep = np.flatnonzero(~delete)
+            work.ravel()[keep * width + pos[keep]] = new[keep]
+            work_len[:m] = x_len + insert - delete
+        second[edited], second_len[edited] = work, work_len
         return first, second, second_len
 
     def table(self, a: np.ndarray, a_len: np.ndarray, b: np.ndarray, b_len: np.ndarray) -> np.ndarray:
-        """dp[:, i, j] for every row at once (cells beyond a row's lengths are meaningless). Row by row:
+        """dp[:, i, j] for every row at once (cells beyond a row's lengths are meaningless)."""
+        return self._table(a, b).transpose(2, 0, 1)
+
+    def _table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """dp[i, j, :] with the samples last, so each step is one vector operation across them. Row by row:
         dp[i, j] = min over k <= j of (c[k] + 2 (j - k)), c being the best of the cells above and to the
         upper left (c[0] = dp[i, 0]), which is a running minimum of c[k] - 2k."""
         n, rows, cols = a.shape[0], a.shape[1] + 1, b.shape[1] + 1
-        ramp = INSERT_DELETE * np.arange(cols, dtype=np.int16)
-        dp = np.empty((n, rows, cols), np.int16)
-        dp[:, 0, :] = self.edge * np.arange(cols)
-        dp[:, :, 0] = self.edge * np.arange(rows)
+        ramp = (INSERT_DELETE * np.arange(cols, dtype=np.int16))[:, None]
+        dp = np.empty((rows, cols, n), np.int16)
+        dp[0] = self.edge * np.arange(cols, dtype=np.int16)[:, None]
+        dp[:, 0] = self.edge * np.arange(rows, dtype=np.int16)[:, None]
+        a_t, b_t = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+        diagonal = np.empty((cols - 1, n), np.int16)
         for i in range(1, rows):
-            replace = np.where(a[:, i - 1, None] == b, 0, REPLACE).astype(np.int16)
-            best = np.minimum(dp[:, i - 1, 1:] + INSERT_DELETE, dp[:, i - 1, :-1] + replace)
-            chain = np.concatenate([dp[:, i, :1], best], axis=1) - ramp
-            dp[:, i, :] = np.minimum.accumulate(chain, axis=1) + ramp
+            above, row = dp[i - 1], dp[i]
+            np.not_equal(a_t[i - 1], b_t, out=diagonal, casting="unsafe")
+            diagonal *= REPLACE
+            diagonal += above[:-1]
+            np.add(above[1:], INSERT_DELETE, out=row[1:])
+            np.minimum(row[1:], diagonal, out=row[1:])
+            row -= ramp
+            for j in range(1, cols):
+                np.minimum(row[j], row[j - 1], out=row[j])
+            row += ramp
         return dp
 
     def layout(self, a: np.ndarray, a_len: np.ndarray, b: np.ndarray, b_len: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Token rows (with <eos>) and prompt lengths from letter-index strings."""
+        """Token rows (with <eos>) and prompt lengths from letter-index strings. The rows of one pair of
+        lengths share one layout, so each such group is written by slicing."""
         n = a.shape[0]
-        rows = np.arange(n)
-        dp = self.table(a, a_len, b, b_len)
-        answer = dp[rows, a_len, b_len]
-        width1, width2 = a.shape[1], b.shape[1]
-        col1, col2 = np.arange(width1)[None, :], np.arange(width2)[None, :]
-        keep1, keep2 = col1 < a_len[:, None], col2 < b_len[:, None]
-        one = lambda token: np.full((n, 1), token)  # noqa: E731
-        yes = np.ones((n, 1), bool)
-        pieces = [(LETTER0 + a, keep1), (one(BAR), yes), (LETTER0 + b, keep2), (one(SEP), yes)]
+        numbers = np.ascontiguousarray((NUMBER0 + self._table(a, b)).astype(self.token_dtype).transpose(2, 0, 1))
+        row_width = int(self.row_char) + (1 + int(self.column_chars)) * b_len + 1
+        total = a_len + b_len + 4 + (0 if self.direct else a_len * row_width + 1)
+        out = np.zeros((n, int(total.max(initial=2))), self.token_dtype)
+        pairs, group = np.unique(a_len * (b.shape[1] + 1) + b_len, return_inverse=True)
+        for index, (p, q) in enumerate(zip(pairs // (b.shape[1] + 1), pairs % (b.shape[1] + 1))):
+            rows = np.flatnonzero(group == index) if len(pairs) > 1 else np.arange(n)
+            out[rows, : int(total[rows[0]])] = self._group_rows(numbers[rows], a[rows], b[rows], int(p), int(q))
+        return out, a_len + b_len + 2
+
+    def _group_rows(self, numbers: np.ndarray, a: np.ndarray, b: np.ndarray, p: int, q: int) -> np.ndarray:
+        """The token rows of samples whose strings have lengths p and q (``numbers``: their DP tables as tokens)."""
+        m = a.shape[0]
+        row_width = int(self.row_char) + (1 + int(self.column_chars)) * q + 1
+        start = p + q + 2
+        block = np.empty((m, start + (0 if self.direct else p * row_width + 1) + 2), self.token_dtype)
+        block[:, :p] = LETTER0 + a[:, :p]
+        block[:, p] = BAR
+        block[:, p + 1 : p + 1 + q] = LETTER0 + b[:, :q]
+        block[:, p + q + 1] = SEP
         if not self.direct:
-            for i in range(1, width1 + 1):
-                live = (i <= a_len)[:, None]
-                if self.row_char:
-                    pieces.append((LETTER0 + a[:, i - 1 : i], live))
-                cells = NUMBER0 + dp[:, i, 1:]
-                if self.column_chars:
-                    cells = np.stack([LETTER0 + b, cells], axis=2).reshape(n, -1)
-                    pieces.append((cells, np.repeat(keep2 & live, 2, axis=1)))
-                else:
-                    pieces.append((cells, keep2 & live))
-                pieces.append((one(COMMA), live))
-            pieces.append((one(SEP), yes))
-        pieces += [(NUMBER0 + answer[:, None], yes), (one(EOS), yes)]
-        values = np.concatenate([v for v, _ in pieces], axis=1)
-        keep = np.concatenate([k for _, k in pieces], axis=1)
-        tokens, _ = compact(values, keep)
-        return tokens, a_len + b_len + 2
+            body = block[:, start : start + p * row_width].reshape(m, p, row_width)
+            first = int(self.row_char)
+            if self.row_char:
+                body[:, :, 0] = LETTER0 + a[:, :p]
+            cells = numbers[:, 1 : p + 1, 1 : q + 1]
+            if self.column_chars:
+                body[:, :, first : first + 2 * q : 2] = (LETTER0 + b[:, :q])[:, None, :]
+                body[:, :, first + 1 : first + 2 * q : 2] = cells
+            else:
+                body[:, :, first : first + q] = cells
+            body[:, :, -1] = COMMA
+            start += p * row_width
+            block[:, start] = SEP
+            start += 1
+        block[:, start] = numbers[:, p, q]
+        block[:, start + 1] = EOS
+        return block
 
     # --- plain-Python oracle and checker -----------------------------------------------------------
 
@@ -226,7 +255,3 @@ class EditDistanceLocal(EditDistance):
         self.row_char = self.options.row_char
         self.column_chars = self.options.column_chars
 
-
-def _stack_padded(parts: list[np.ndarray]) -> np.ndarray:
-    width = max(p.shape[1] for p in parts)
-    return np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parts])
