@@ -43,7 +43,7 @@ def test_sweep_outside_the_checkout_uses_the_packaged_spec_and_says_so(tmp_path,
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["sweep", DEMO, "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert "sweep 'index_lookup_separation': 9 runs" in result.stdout
+    assert "sweep 'index_lookup_separation': 36 runs" in result.stdout
     (note,) = result.stderr.strip().splitlines()
     assert note.startswith(f"{DEMO} is not in ") and note.endswith(f"using the packaged {configs.path(DEMO[8:])}")
 

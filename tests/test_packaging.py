@@ -51,7 +51,7 @@ def test_a_plain_install_runs_the_demo_and_a_figure_outside_the_checkout(tmp_pat
     assert "8 points stored" in figure.stdout and (work / "out" / "fig4a.png").is_file()
     spec = "configs/demo/index_lookup_separation.yaml"
     sweep = run(sepbench, "sweep", spec, "--dry-run", "--store", "s.db", cwd=work)
-    assert "9 runs" in sweep.stdout
+    assert "36 runs" in sweep.stdout
     assert f"using the packaged {venv}" in sweep.stderr and "site-packages/sepbench/configs/demo" in sweep.stderr
 
 
