@@ -158,3 +158,21 @@ def test_cli_sweep_claim_trains_stacked_groups_when_asked(tmp_path, monkeypatch)
     result = runner.invoke(app, args, terminal_width=300)
     assert result.exit_code == 0, result.output
     assert sorted(sizes) == [6, 6, 6] and len(Store(tmp_path / "s.db")) == 18
+
+
+def test_claim_figure_draws_accuracies_on_0_1_with_the_level_line_and_the_picked_member(tmp_path):
+    from sepbench.claims.evaluate import ClaimVerdict
+    from sepbench.claims.report import draw
+
+    (claim,) = select("bhattamishra2024", "il-tf-vs-recurrent")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    accuracy = {"transformer": 0.98, "lstm": 0.10, "mamba": 0.20}
+    _store_runs(store, configs, lambda c: accuracy[c.model.name] + 0.01 * c.seed)
+    outcomes = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+    figure = draw(ClaimVerdict(claim, "quick", NOT_REPRODUCED, outcomes))
+    compare, level = figure.axes
+    assert compare.get_ylim() == level.get_ylim() == (-0.03, 1.03)
+    assert [line.get_ydata()[0] for line in level.get_lines() if line.get_linestyle() == "--"] == [0.95]
+    legend = [text.get_text() for text in level.get_legend().get_texts()]
+    assert any(": lstm-(1, 64) lr" in label for label in legend), legend

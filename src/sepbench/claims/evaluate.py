@@ -68,6 +68,8 @@ class Outcome:
     evidence: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     points: list[Point] = field(default_factory=list)
+    threshold: float | None = None
+    """The level a ``level`` condition asks for (drawn as a line in the claim's figure)."""
 
 
 @dataclass
@@ -239,7 +241,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
     picks = [condition.a_pick, condition.b_pick] if isinstance(condition, Compare) else [condition.pick]
     slot_maps = [_slots(configs, results, g, lengths) for g in groups]
     wanted = lengths if lengths is not None else sorted(set().union(*slot_maps))
-    outcome = Outcome(condition.text, INCONCLUSIVE)
+    outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None))
     verdicts = []
     for n in wanted:
         points, reasons = [], []
@@ -463,7 +465,7 @@ def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
         labels = [condition.a, condition.b] if isinstance(condition, Compare) else [condition.group]
         lengths = condition.lengths_at(scale)
         xs = lengths if lengths is not None else sorted({x for label in labels for x in series.get(str(label), {})})
-        outcome = Outcome(condition.text, INCONCLUSIVE)
+        outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None))
         verdicts = []
         for x in xs:
             points = [Point(str(label), x, list(series.get(str(label), {}).get(x, []))) for label in labels]

@@ -38,7 +38,8 @@ def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, s
 
 
 def draw(verdict: ClaimVerdict):
-    """One panel per condition: each group's mean over seeds against N, with the seeds' range as error bars."""
+    """One panel per condition: each group's mean over seeds against N, with the seeds' range as error bars, a
+    level condition's threshold as a dashed line, and accuracies on a 0-1 axis."""
     from matplotlib.figure import Figure
 
     outcomes = verdict.outcomes
@@ -54,7 +55,16 @@ def draw(verdict: ClaimVerdict):
             means = [p.mean for p in points]
             low = [p.mean - min(p.values) for p in points]
             high = [max(p.values) - p.mean for p in points]
-            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=label, color=f"C{i}")
+            ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=_legend(label, points),
+                        color=f"C{i}")
+        if outcome.threshold is not None:
+            ax.axhline(outcome.threshold, color="0.4", linestyle="--", linewidth=1, label=f"{outcome.threshold:g}")
+        values = [v for p in outcome.points for v in p.values]
+        if values and all(0 <= v <= 1 for v in values):
+            ax.set_ylim(-0.03, 1.03)
+        xs = sorted({p.x for p in outcome.points})
+        if 0 < len(xs) <= 8:
+            ax.set_xticks(xs)
         ax.set_title(f"{outcome.verdict}\n{_wrap(outcome.text)}", fontsize=7)
         ax.set_xlabel("N")
         ax.set_ylabel("mean over seeds (bars: seed range)", fontsize=7)
@@ -64,6 +74,14 @@ def draw(verdict: ClaimVerdict):
     fig.suptitle(f"{verdict.claim.id} ({verdict.scale} scale): {verdict.verdict}", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _legend(label: str, points: Sequence) -> str:
+    """The group's label, and the member picked from it when one member stands for it at every N."""
+    members = {p.member for p in points}
+    if len(members) == 1 and "" not in members and members != {label}:
+        return f"{label}: {members.pop()}"
+    return label
 
 
 def _wrap(text: str, width: int = 60) -> str:
