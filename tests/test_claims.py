@@ -176,3 +176,13 @@ def test_claim_figure_draws_accuracies_on_0_1_with_the_level_line_and_the_picked
     assert [line.get_ydata()[0] for line in level.get_lines() if line.get_linestyle() == "--"] == [0.95]
     legend = [text.get_text() for text in level.get_legend().get_texts()]
     assert any(": lstm-(1, 64) lr" in label for label in legend), legend
+
+
+def test_per_scale_selectors_pick_the_runs_of_that_scale(tmp_path):
+    (claim,) = select("bhattamishra2024", "mamba-width")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs, lambda c: {("mamba", 64): 0.6, ("mamba", 16): 0.2}.get((c.model.name, c.model.width), 0.03))
+    mamba, lstm = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+    assert (mamba.verdict, lstm.verdict) == (REPRODUCED, REPRODUCED), mamba.reasons + lstm.reasons
+    assert "width=64 mamba-(2, 64)" in mamba.evidence[0] and "width=16" in mamba.evidence[0]

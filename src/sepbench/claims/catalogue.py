@@ -31,6 +31,15 @@ def scaled(value: Any, scale: str) -> Any:
     return value
 
 
+def group_at(group: Group, scale: str) -> Group:
+    """``group`` with every per-scale selector value (``model.width: {quick: 64, paper: 1024}``) resolved."""
+    if isinstance(group, str):
+        return group
+    if isinstance(group, list):
+        return [group_at(selector, scale) for selector in group]
+    return {key: scaled(value, scale) for key, value in group.items()}
+
+
 class SpecRef(StrictModel):
     """One sweep spec of a claim: a packaged spec file, with the seeds, learning rates or base fields the claim
     needs set on top (so a paper-scale spec of one seed is run with the claim's seeds)."""

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from sepbench.claims.catalogue import (Claim, Compare, FlopsOrder, Group, Level, MinWidthGrowth, MinWidthOrder,
-                                       SolvedRuleFields)
+                                       SolvedRuleFields, group_at)
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
@@ -438,6 +438,9 @@ def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], result
     """Each condition of a sweep claim on the stored runs of its configs (``results``: config hash -> run)."""
     outcomes = []
     for condition in claim.conditions:
+        groups = {name: group_at(getattr(condition, name), scale) for name in ("a", "b", "group")
+                  if hasattr(condition, name)}
+        condition = condition.model_copy(update=groups)
         if isinstance(condition, (Compare, Level)):
             outcomes.append(_on_lengths(condition, scale, configs, results, claim.min_seeds))
         elif isinstance(condition, MinWidthGrowth):
