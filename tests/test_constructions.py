@@ -100,3 +100,10 @@ def test_construct_bad_input_exits_2_with_one_line(args, fragment):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_accepted_nearest_neighbor_width_is_accepted_by_the_construction_on_every_seed():
+    # a coherence of exactly 1/2 (e.g. 24/48) is rejected by the width search and the build alike
+    for seed in range(3):
+        width = C.min_code_width("nearest_neighbor", 50, seed)
+        assert C.construct("nearest_neighbor", 50, seed=seed).model is not None, width

@@ -69,7 +69,7 @@ def draw(verdict: ClaimVerdict):
         ax.set_xlabel("N")
         ax.set_ylabel("mean over seeds (bars: seed range)", fontsize=7)
         ax.grid(alpha=0.3)
-        if labels:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
     fig.suptitle(f"{verdict.claim.id} ({verdict.scale} scale): {verdict.verdict}", fontsize=9)
     fig.tight_layout()

@@ -451,8 +451,8 @@ def min_code_width(name: str, length: int, seed: int = 0) -> int:
         return smallest_width(lambda k: equality_leak(draw(length + 1, k), eta) < 1.0 / (length * bits))
 
     def recall_ok(k: int) -> bool:
-        codes = draw(length, k) * math.sqrt(k)
-        mu = coherence(codes / math.sqrt(k))
+        codes = np.sign(draw(length, k))  # exact +-1, so mu is computed as ``nearest_neighbor`` computes it
+        mu = coherence(codes) / k
         return mu < 0.5 and recall_floor(codes, nearest_neighbor_eta2(mu, length)) > 0.5
 
     return smallest_width(recall_ok)
