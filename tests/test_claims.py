@@ -186,3 +186,17 @@ def test_per_scale_selectors_pick_the_runs_of_that_scale(tmp_path):
     mamba, lstm = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
     assert (mamba.verdict, lstm.verdict) == (REPRODUCED, REPRODUCED), mamba.reasons + lstm.reasons
     assert "width=64 mamba-(2, 64)" in mamba.evidence[0] and "width=16" in mamba.evidence[0]
+
+
+def test_a_theory_check_that_raises_is_an_inconclusive_verdict_with_its_reason(tmp_path, monkeypatch):
+    from sepbench.claims import checks
+    from sepbench.claims.reproduce import judge
+
+    def broken(params):
+        raise ValueError("codes too narrow")
+
+    (claim,) = select("bhattamishra2024", "construct-equality")
+    monkeypatch.setitem(checks.CHECKS, claim.check, broken)
+    verdict = judge(claim, "quick", Store(tmp_path / "s.db"))
+    assert verdict.verdict == INCONCLUSIVE
+    assert verdict.outcomes[0].reasons == [f"the check {claim.check} failed: ValueError: codes too narrow"]

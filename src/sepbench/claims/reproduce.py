@@ -7,7 +7,8 @@ from typing import Any, Sequence
 
 from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import cached
-from sepbench.claims.evaluate import ClaimVerdict, combine, evaluate_runs, evaluate_series
+from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combine, evaluate_runs,
+                                      evaluate_series)
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
@@ -41,7 +42,12 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     """
     if claim.kind == "theory":
         params = claim.at(scale).params
-        series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force)
+        try:
+            series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force)
+        except Exception as error:  # noqa: BLE001 - a check that fails is this claim's result, not the command's end
+            reason = f"the check {claim.check} failed: {type(error).__name__}: {error}"
+            return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
+                                                             for c in claim.conditions], 0.0, 0)
         outcomes = evaluate_series(claim, scale, series)
         return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, seconds, 0)
     claim_plan = plan_claim(claim, scale, store, overrides, reuse)
