@@ -14,7 +14,7 @@ TIMED_EVAL_ROWS = 256
 """Evaluation rows timed per shape; the cost of a full evaluation is scaled from them."""
 FLOP_RATE = 5e9
 """Training FLOP/s assumed for a shape too large to time here (one CPU thread; a GPU is faster)."""
-LARGEST_TIMED_STEP = 20.0
+LARGEST_TIMED_STEP = 2.0
 """Seconds one step may be expected to take (forward FLOPs at ``FLOP_RATE``) for its shape to be timed."""
 
 
