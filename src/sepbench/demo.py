@@ -20,6 +20,7 @@ from rich.table import Table
 from sepbench import configs
 from sepbench.config import RunConfig
 from sepbench.extras import MissingExtra, require
+from sepbench.results import TRAINED
 from sepbench.store import Store
 from sepbench.sweep import SweepSpec, pending, run_sweep
 from sepbench.sweep.progress import SweepProgress
@@ -52,10 +53,10 @@ def accuracy_cells(results: Sequence[RunResult]) -> dict[tuple[str, int], str]:
         by_cell.setdefault(key, {}).setdefault(result.config.train.lr, []).append(result)
     cells = {}
     for key, by_lr in by_cell.items():
-        trained = {lr: [r.accuracy for r in runs if r.status in ("completed", "solved")] for lr, runs in by_lr.items()}
+        trained = {lr: [r.accuracy for r in runs if r.status in TRAINED] for lr, runs in by_lr.items()}
         trained = {lr: accs for lr, accs in trained.items() if accs}
-        if not trained:
-            cells[key] = "failed"
+        if not trained:  # failed, diverged or pruned: never shown as an accuracy
+            cells[key] = "/".join(sorted({r.status for runs in by_lr.values() for r in runs}))
             continue
         best = max(trained.values(), key=lambda accs: sum(accs) / len(accs))
         cells[key] = f"{sum(best) / len(best):.2f} ({min(best):.2f}-{max(best):.2f})"

@@ -94,10 +94,9 @@ def timed_cost(cfg: RunConfig) -> ShapeCost:
     return ShapeCost(step, evaluation, "timed")
 
 
-def estimate(configs: Sequence[RunConfig], store: Store, time_shapes: bool = True,
-             known: dict[tuple, ShapeCost] | None = None) -> Estimate:
+def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, ShapeCost] | None = None) -> Estimate:
     """Seconds to train ``configs``: a stored shape's seconds per step, else its steps timed now (each shape
-    once), else, with ``time_shapes`` off or for a shape too large to time, forward FLOPs at ``FLOP_RATE``.
+    once), else, for a shape too large to time, forward FLOPs at ``FLOP_RATE``.
     ``known``: costs found by an earlier call, extended by this one (each shape is timed once)."""
     costs = known if known is not None else {}
     if not costs:
@@ -106,7 +105,7 @@ def estimate(configs: Sequence[RunConfig], store: Store, time_shapes: bool = Tru
     for cfg in configs:
         key = shape(cfg)
         if key not in costs:
-            costs[key] = timed_cost(cfg) if time_shapes else flops_cost(cfg)
+            costs[key] = timed_cost(cfg)
         cost = costs[key]
         result.seconds += cost.run_seconds(cfg)
         result.sources[cost.source] += 1
