@@ -174,7 +174,7 @@ def test_distinct_points_for_nearest_neighbor():
         build_task("nearest_neighbor", 80, {"dims": 5, "distinct": True}).sample_eval(1, np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("pairs,vocab", [(64, 8192), (256, 4096), (40, 64)])  # few or many repeats; a permutation
+@pytest.mark.parametrize("pairs,vocab", [(64, 8192), (256, 4096), (40, 64), (64, 100_000)])  # few or many repeats; a permutation; 32-bit draws
 def test_mqar_keys_are_distinct_and_uniform(pairs, vocab):
     from sepbench.tasks.recall import distinct_keys
     keys = distinct_keys(20000, pairs, vocab, np.random.default_rng(0))

@@ -79,26 +79,28 @@ def distinct_keys(n: int, pairs: int, vocab: int, rng: np.random.Generator) -> n
 
     Each row keeps the first ``pairs`` distinct values of a few more uniform draws than ``pairs`` (rows
     with too few are redrawn): each new distinct value is uniform over the unseen ones, so the row is a
-    uniform ordered choice, at O(pairs log pairs) per row instead of a permutation of the vocabulary
-    (still the way when ``pairs`` is near ``vocab``).
+    uniform ordered choice, at O(pairs) per row (a radix sort of 16-bit draws) instead of a permutation of the
+    vocabulary (still the way when ``pairs`` is near ``vocab``).
     """
     draws = pairs + 2 * pairs * pairs // vocab + 8
     if draws > vocab // 2:
         return np.argsort(rng.random((n, vocab)), axis=1)[:, :pairs]
+    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
     out = np.empty((n, pairs), np.int64)
     todo = np.arange(n)
     while todo.size:
-        raw = rng.integers(0, vocab, (todo.size, draws))
-        order = np.argsort(raw, axis=1, kind="stable")
+        raw = rng.integers(0, vocab, (todo.size, draws), dtype=dtype)
+        order = np.argsort(raw, axis=1, kind="stable")  # of equal draws the earliest comes first
         ordered = np.take_along_axis(raw, order, axis=1)
-        first = np.empty(raw.shape, bool)
-        np.put_along_axis(first, order, np.concatenate([np.ones((len(raw), 1), bool), ordered[:, 1:] != ordered[:, :-1]], axis=1), axis=1)
+        first = np.ones(raw.shape, bool)
+        np.put_along_axis(first, order[:, 1:], ordered[:, 1:] != ordered[:, :-1], axis=1)
         ok = first.sum(axis=1) >= pairs
-        keep = first[ok] & (np.cumsum(first[ok], axis=1) <= pairs)
-        out[todo[ok]] = raw[ok][keep].reshape(-1, pairs)
+        if not ok.all():
+            first, raw = first[ok], raw[ok]
+        keep = first & (np.cumsum(first, axis=1, dtype=np.int32) <= pairs)
+        out[todo[ok]] = raw[keep].reshape(-1, pairs)
         todo = todo[~ok]
     return out
-
 
 class NearestNeighborOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
