@@ -79,8 +79,8 @@ def distinct_keys(n: int, pairs: int, vocab: int, rng: np.random.Generator) -> n
 
     Each row keeps the first ``pairs`` distinct values of a few more uniform draws than ``pairs`` (rows
     with too few are redrawn): each new distinct value is uniform over the unseen ones, so the row is a
-    uniform ordered choice, at O(pairs) per row (a radix sort of 16-bit draws) instead of a permutation of the
-    vocabulary (still the way when ``pairs`` is near ``vocab``).
+    uniform ordered choice, at O(pairs) per row (numpy sorts 16-bit draws by radix) instead of a permutation
+    of the vocabulary (still the way when ``pairs`` is near ``vocab``).
     """
     draws = pairs + 2 * pairs * pairs // vocab + 8
     if draws > vocab // 2:
@@ -101,6 +101,7 @@ def distinct_keys(n: int, pairs: int, vocab: int, rng: np.random.Generator) -> n
         out[todo[ok]] = raw[keep].reshape(-1, pairs)
         todo = todo[~ok]
     return out
+
 
 class NearestNeighborOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
