@@ -315,3 +315,36 @@ def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
+    from sepbench.cli import _finished_runs
+    from sepbench.sweep.executors import plan
+
+    store = Store(tmp_path / "s.db")
+    configs = [RunConfig.build({"seed": seed, "device": "cpu"}) for seed in range(4)]
+    store.put(RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="completed"))
+    before = store.config_hashes()
+    todo = plan(configs, store)
+    reported, unreported = (RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed")
+                            for cfg in configs[1:3])
+    for result in (reported, unreported):  # a worker stores its result before the sweep hears of it
+        store.put(result)
+    assert _finished_runs(todo, [reported], before, store) == {reported.config_hash, unreported.config_hash}
+    assert _finished_runs(None, [], before, store) == set()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_ctrl_c_stops_reproduce_and_keeps_its_finished_runs(tmp_path):
+    path = tmp_path / "runs.db"
+    command = [sys.executable, "-m", "sepbench", "reproduce", "bhattamishra2024", "--claim", "dyck-depth",
+               "--workers", "2", "--store", str(path), "--out", str(tmp_path / "report"),
+               "--set", "train.steps=200", "--set", "train.eval_every=200", "--set", "train.eval_samples=20",
+               "--set", "train.batch_size=8", "--set", "model.width=8", "--set", "task.length=20",
+               "--set", "device=cpu"]
+    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True)
+    assert stop.code == 130 and not stop.survivors, (stop, stop.stderr[-2000:])
+    assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
+    stored = _stored(path)
+    assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+    assert not (tmp_path / "report").exists()

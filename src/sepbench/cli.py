@@ -20,6 +20,8 @@ from sepbench.registry import UnknownNameError
 from sepbench.store import StoreError
 
 if TYPE_CHECKING:
+    from sepbench.store import Store
+    from sepbench.sweep.executors import Plan
     from sepbench.sweep.pool import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
     from sepbench.train.result import RunResult
@@ -610,6 +612,7 @@ def sweep(
     db = Store(store)
     finished: list[RunResult] = []
     todo = None
+    before = db.config_hashes()
     try:
         with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
             with bad_input_exits():
@@ -658,7 +661,7 @@ def sweep(
                     raise typer.Exit(BAD_INPUT) from None
     except KeyboardInterrupt:
         total = len(todo.todo) if todo is not None else 0
-        _interrupted(f"{len(finished)} of {total} runs finished", db.path)
+        _interrupted(f"{len(_finished_runs(todo, finished, before, db))} of {total} runs finished", db.path)
     failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",
@@ -723,6 +726,15 @@ def _threads(requested: int | None = None) -> int:
         return default_threads(requested)
     except ValueError as problem:
         raise ConfigError(str(problem)) from None
+
+
+def _finished_runs(todo: Plan | None, reported: list[RunResult], before: set[str], db: Store) -> set[str]:
+    """Runs of ``todo`` that finished: those reported, and those a worker stored but the interrupt kept from
+    being reported (new in the store since ``before``)."""
+    if todo is None:
+        return set()
+    planned = {cfg.config_hash() for cfg in todo.todo}
+    return {r.config_hash for r in reported} | (planned & (db.config_hashes() - before))
 
 
 def _interrupted(finished: str, path: Path) -> NoReturn:
@@ -1056,10 +1068,14 @@ def reproduce(
     todo = sum(len(p.todo) for p in plans)
     out.print(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}",
               highlight=False, soft_wrap=True)
-    with SweepProgress("reproduce", todo, err) as progress:
-        for claim in claims:
-            verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
-                                  reuse=Reuse(retry_failed=retry_failed), group_size=group_size))
+    before = len(db)
+    try:
+        with SweepProgress("reproduce", todo, err) as progress:
+            for claim in claims:
+                verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
+                                      reuse=Reuse(retry_failed=retry_failed), group_size=group_size))
+    except KeyboardInterrupt:
+        _interrupted(f"{len(db) - before} runs finished", db.path)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 
