@@ -45,3 +45,9 @@ def test_a_shape_too_large_to_time_falls_back_to_flops():
         "train": {"steps": 100, "batch_size": 64}, "device": "cpu"})
     cost = costs.timed_cost(huge)
     assert cost.source == "flops" and cost.step_seconds > costs.LARGEST_TIMED_STEP
+
+
+def test_durations_read_at_every_scale():
+    from sepbench.sweep.costs import duration
+
+    assert [duration(s) for s in (42, 600, 9000, 4.2e11)] == ["42 s", "10 min", "2.5 h", "1.2e+08 h"]

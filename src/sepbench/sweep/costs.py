@@ -51,7 +51,9 @@ def duration(seconds: float) -> str:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 3600 * 10_000:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 3600:.1e} h"
 
 
 def shape(cfg: RunConfig) -> tuple:
