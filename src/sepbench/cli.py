@@ -612,7 +612,7 @@ def sweep(
     db = Store(store)
     finished: list[RunResult] = []
     todo = None
-    before = db.config_hashes()
+    before: set[str] = set()
     try:
         with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
             with bad_input_exits():
@@ -624,6 +624,7 @@ def sweep(
                 if not dry_run:
                     db.check_writable()
                 todo = plan(configs, db, reuse, halving=spec.lr_search == "halving")
+                before = db.config_hashes()
             if group_size is None:
                 group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
             how = f", groups of up to {group_size}" if group_size > 1 else ""
