@@ -1,7 +1,7 @@
 """Arithmetic(n, p): evaluate an expression mod p step by step (Yang et al. 2024, sec. 5 and C.1; Feng et al. 2023 format)."""
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Literal, Sequence
 
 import numpy as np
@@ -14,6 +14,7 @@ PLUS, MINUS, TIMES, DIVIDE, OPEN, CLOSE, EQUALS = 3, 4, 5, 6, 7, 8, 9
 NUMBER0 = 10
 OPERATORS = (PLUS, MINUS, TIMES, DIVIDE)
 SYMBOLS = {1: "<cls>", PLUS: "+", MINUS: "-", TIMES: "*", DIVIDE: "/", OPEN: "(", CLOSE: ")", EQUALS: "=", EOS: "<eos>", PAD: "<pad>"}
+EXPAND_CHUNK = 8192  # rows per expansion block: keeps its temporaries in cache
 PAPER_MAX_COT = {6: 85, 10: 221, 13: 355, 16: 505}
 """Largest CoT in the paper's data sets (Yang et al. 2024, sec. 6.1); for n >= 13 below the bound 2n^2+2n+1."""
 
@@ -76,7 +77,7 @@ class Arithmetic(CotTask):
             counts[-1] = n
         rows, prompts = self._rows_with(np.repeat(np.arange(length, 0, -1), counts[::-1]), rng)
         order = rng.permutation(n)
-        return _trimmed(rows[order]), prompts[order]
+        return rows.take(order, axis=0), prompts[order]
 
     def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
         """With ``under``, the reference's recipe (Feng et al. 2023, arithmetic/data.py): int(n_train k /
@@ -88,8 +89,7 @@ class Arithmetic(CotTask):
 
     def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
         operators = self.length if stage == "test" else int(stage)
-        rows, prompts = self._rows_with(np.full(n, operators), rng)
-        return _trimmed(rows), prompts
+        return self._rows_with(np.full(n, operators), rng)
 
     def _leftmost_rows(self, rows: np.ndarray, prompts: np.ndarray) -> np.ndarray:
         """The same prompts with the CoT of ``solve``: one deterministic order instead of the reference's
@@ -103,126 +103,141 @@ class Arithmetic(CotTask):
 
     def _rows_with(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One sample per entry of ``operators`` (non-increasing) with that many operators; a sample whose
-        CoT is longer than the cap is drawn again with the same count."""
+        CoT is longer than the cap is drawn again with the same count. Rows are as wide as the longest kept."""
         caps = np.array([self.cot_cap(k) for k in range(int(operators.max(initial=0)) + 1)])
-        parts, todo = [], np.arange(len(operators))
+        parts, todo, width = [], np.arange(len(operators)), 1
         while todo.size:
             rows, prompts, cot_lengths = self._expand(operators[todo], rng)
             if self.options.order == "leftmost" and not self.direct:
                 rows = self._leftmost_rows(rows, prompts)
                 cot_lengths = (rows != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
             ok = cot_lengths <= caps[operators[todo]]
+            width = max(width, int((prompts + 2 if self.direct else cot_lengths + 1)[ok].max(initial=1)))
             if ok.all():
                 parts.append((todo, rows, prompts))
                 break
             parts.append((todo[ok], rows[ok], prompts[ok]))
             todo = todo[~ok]
         if len(parts) == 1:
-            return parts[0][1], parts[0][2]
-        out = np.zeros((len(operators), max(rows.shape[1] for _, rows, _ in parts)), self.token_dtype)
+            rows, prompts = parts[0][1], parts[0][2]
+            return (rows if rows.shape[1] == width else rows[:, :width]), prompts
+        out = np.zeros((len(operators), width), self.token_dtype)
         prompts = np.empty(len(operators), np.int64)
         for index, rows, part_prompts in parts:
-            out[index, : rows.shape[1]] = rows
+            out[index, : min(width, rows.shape[1])] = rows[:, :width]
             prompts[index] = part_prompts
         return out, prompts
 
     def _expand(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_expand_chunk`` over blocks of rows small enough that its temporaries stay in cache."""
+        if len(operators) <= EXPAND_CHUNK:
+            return self._expand_chunk(operators, rng)
+        parts = [self._expand_chunk(operators[i : i + EXPAND_CHUNK], rng) for i in range(0, len(operators), EXPAND_CHUNK)]
+        rows = np.zeros((len(operators), max(part[0].shape[1] for part in parts)), self.token_dtype)
+        for i, part in zip(range(0, len(operators), EXPAND_CHUNK), parts):
+            rows[i : i + len(part[0]), : part[0].shape[1]] = part[0]
+        return rows, np.concatenate([part[1] for part in parts]), np.concatenate([part[2] for part in parts])
+
+    def _expand_chunk(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Samples with ``operators[i]`` operators (non-increasing): rows, prompt lengths and CoT lengths.
 
-        Expansion s acts on the samples with at least s operators, a prefix; it writes its expression into
-        its own slot of a buffer laid out as the row is (the last expression first, each followed by ``=``),
-        and the rows are the buffer's tokens packed to the left. ``leaves`` holds where the numbers are."""
+        Expansion s acts on the samples with at least s operators, a prefix. ``work`` holds the current
+        expressions with 4 PAD columns on either side, so that shifted copies are column slices. Each
+        expression, followed by ``=``, is also written into its own slot of a buffer laid out as the row is
+        (the last expression first). An expression and its ``=`` are an even number of tokens starting at an
+        even column, so the rows are the buffer's nonzero 16-bit words packed to the left, one block of rows
+        per operator count. ``leaves`` holds where the numbers are."""
         n, top = len(operators), int(operators.max(initial=0))
-        active = np.searchsorted(-operators, -np.arange(top + 1), side="right")
+        active = np.searchsorted(-operators, -np.arange(top + 2), side="right")
         first = (NUMBER0 + rng.integers(0, self.p, n)).astype(self.token_dtype)
         lengths, total = np.ones(n, np.int64), np.ones(n, np.int64)
         leaves = np.zeros((top + 1, n), np.int32)
-        if self.direct:
-            work = np.zeros((n, 4 * top + 1), self.token_dtype)
-            work[:, 0] = first
-        else:
-            offsets = np.cumsum([0] + [4 * s + 2 for s in range(top, 0, -1)])[::-1]  # slot s starts at offsets[s]
-            buffer = np.zeros((n, offsets[0] + 2), self.token_dtype)
-            buffer[:, offsets[0]] = first
-            buffer[:, offsets[0] + 1] = EOS
-            work = buffer[:, offsets[0] :]
+        work = np.zeros((n, 4 * top + 9), self.token_dtype)
+        work[:, 4] = first
+        offsets = np.cumsum([0] + [4 * s + 2 for s in range(top, 0, -1)])[::-1]  # slot s starts at offsets[s]
+        buffer = np.zeros((n, 0 if self.direct else offsets[0] + 2), self.token_dtype)
+        if not self.direct:
+            buffer[:, offsets[0]], buffer[:, offsets[0] + 1] = first, EOS
         for s in range(1, top + 1):
             m, width = int(active[s]), 4 * s + 1
-            new, grow = self._step(work[:m, : width - 4], leaves, s, rng)
+            new, grow = self._step(work, m, leaves, s, rng)
+            work[:m, 4 : 4 + width] = new
             lengths[:m] += grow
             total[:m] += lengths[:m]
-            if self.direct:
-                work[:m, :width] = new
-            else:
+            if not self.direct:
                 buffer[:m, offsets[s] : offsets[s] + width] = new
-                buffer[:m, offsets[s] + width] = EQUALS
-                work = buffer[:, offsets[s] :]
+                buffer.ravel()[np.arange(m) * buffer.shape[1] + offsets[s] + lengths[:m]] = EQUALS
         if self.direct:
             rows = np.zeros((n, 4 * top + 4), self.token_dtype)
-            rows[:, : work.shape[1]] = work
+            rows[:, : 4 * top + 1] = work[:, 4 : 4 * top + 5]
             index = np.arange(n)
             rows[index, lengths], rows[index, lengths + 1], rows[index, lengths + 2] = EQUALS, first, EOS
-            rows = rows[:, : int(lengths.max(initial=0)) + 3]
-        else:
-            used = total + operators + 1
-            rows = np.zeros((n, int(used.max(initial=0))), self.token_dtype)
-            rows[np.tri(rows.shape[1] + 1, rows.shape[1], -1, bool).take(used, axis=0)] = buffer[buffer != PAD]
-        return rows, lengths + 1, total + operators
+            return rows[:, : int(lengths.max(initial=0)) + 3], lengths + 1, total + operators
+        used = total + operators + 1
+        rows = np.zeros((n, int(used.max(initial=0)) // 2), np.uint16)
+        tri = np.tri(rows.shape[1] + 1, rows.shape[1], -1, bool)
+        words = buffer.view(np.uint16)
+        for k in np.unique(operators):
+            lo, hi = int(active[k + 1]), int(active[k])
+            block = words[lo:hi, offsets[k] // 2 :].ravel()
+            rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = np.compress(block != 0, block)
+        return rows.view(self.token_dtype), lengths + 1, total + operators
 
-    def _step(self, expr: np.ndarray, leaves: np.ndarray, s: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Expansion s of every row of ``expr`` (s numbers, at ``leaves[:s]`` in any order, updated in place): a
-        uniform number x becomes (a op b), bracketed where precedence needs it. Returns the expressions, 4 wider, and
-        how many tokens each grew by. Rows are indexed flat and row-dependent cuts are masks from ``np.tri``."""
-        m, width = expr.shape
-        base = np.zeros((m, width + 4), expr.dtype)
-        base[:, :width] = expr
-        starts = np.arange(m) * (width + 4)
+    def _step(self, work: np.ndarray, m: int, leaves: np.ndarray, s: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Expansion s of the first ``m`` rows of ``work`` (expressions of s numbers from column 4, PAD around
+        them, numbers at ``leaves[:s]`` in any order, updated in place): a uniform number x becomes (a op b),
+        bracketed where precedence needs it. Returns the expressions, 4 wider, and how many tokens each grew
+        by. The tokens after x are the row shifted by 2 or 4 columns, a slice of ``work``; the tokens before
+        x are kept by a mask of 255s (``b ^ ((a ^ b) & mask)`` is a where the mask is set, else b)."""
+        width, flat = 4 * s + 1, work.ravel()
         pick = rng.integers(0, s, m, dtype=np.int32)
         leaf = pick * leaves.shape[1] + np.arange(m)
         at = leaves.ravel()[leaf]
-        flat, where = base.ravel(), starts + at
-        value = flat[where].astype(np.int64) - NUMBER0
-        left = np.where(at > 0, flat[where - 1], PAD)
-        right = flat[where + 1]
-        a, op, b = self._expansions(value, rng)
+        where = np.arange(m) * work.shape[1] + 4 + at
+        left, right = flat[where - 1], flat[where + 1]
+        pieces = self._expansions(flat[where].astype(np.int64) - NUMBER0, rng)
+        a, op, b = pieces.T
         additive = (op == PLUS) | (op == MINUS)
         bracket = (left == DIVIDE) | additive & ((left == TIMES) | (left == MINUS) | (right == TIMES) | (right == DIVIDE))
         wide = np.flatnonzero(bracket)
-        shifted = np.zeros_like(base)
-        shifted[:, 2:] = base[:, :-2]
-        shifted[wide, 4:] = base[wide, :-4]
-        out = np.where(np.tri(width, width + 4, -1, bool).take(at, axis=0), base, shifted)
+        shifted = work[:m, 2 : 2 + width].copy()
+        shifted[wide] = work[wide, :width]
+        out = np.bitwise_xor(work[:m, 4 : 4 + width], shifted)
+        out &= _before(width).take(at, axis=0)
+        out ^= shifted
         written = out.ravel()
+        where = np.arange(m) * width + at
         written[where] = np.where(bracket, OPEN, a)
         written[where + 1] = np.where(bracket, a, op)
         written[where + 2] = np.where(bracket, op, b)
         written[where[wide] + 3] = b[wide]
         written[where[wide] + 4] = CLOSE
-        grow = np.where(bracket, np.int32(4), np.int32(2))
+        grow = 2 + 2 * bracket.astype(np.int32)
         later = leaves[:s, :m]
         later += (later > at) * grow
         leaves.ravel()[leaf] = at + bracket
         leaves[s, :m] = at + 2 + bracket
         return out, grow
 
-    def _expansions(self, value: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(a, op, b) tokens with a op b = value (mod p), drawn as the reference draws them (Feng et al. 2023,
-        arithmetic/data.py): a and op uniform, b solved for; an invalid draw (a = 0 under * or /, a zero
-        divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly.
-        One uniform draw over (a, op, free b) per try, looked up in ``_expansion_table``."""
+    def _expansions(self, value: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Tokens (a, op, b), one row per value, with a op b = value (mod p), drawn as the reference draws them
+        (Feng et al. 2023, arithmetic/data.py): a and op uniform, b solved for; an invalid draw (a = 0 under *
+        or /, a zero divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn
+        uniformly. One uniform draw over (a, op, free b) per try, looked up in ``_expansion_table``."""
         size = 4 * self.p * self.p
-        code = np.empty(value.shape[0], np.int32)
-        todo = np.arange(value.shape[0])
+        code = self._expansion_table[value * size + rng.integers(0, size, value.shape[0])]
+        todo = np.flatnonzero(code < 0)
         while todo.size:
             found = self._expansion_table[value[todo] * size + rng.integers(0, size, todo.size)]
             code[todo] = found
             todo = todo[found < 0]
-        return code >> 16, code >> 8 & 255, code & 255
+        return code.view(np.uint8).reshape(-1, 4)[:, :3]
 
     @cached_property
     def _expansion_table(self) -> np.ndarray:
         """At [x * 4p^2 + (free * 4 + op) * p + a] (op indexing OPERATORS, free the b drawn where any b
-        works): the tokens a, op, b packed as a << 16 | op << 8 | b, or -1 for a draw the reference rejects."""
+        works): the tokens a, op, b as the first three bytes of a little-endian int32, or -1 for a draw the
+        reference rejects."""
         p = self.p
         x, free, sign, a = np.meshgrid(np.arange(p), np.arange(p), np.arange(4), np.arange(p), indexing="ij")
         inverse = self.inverse
@@ -231,8 +246,8 @@ class Arithmetic(CotTask):
                       np.where(x == 0, free, a * inverse[x] % p))
         invalid = np.where(sign == 2, (a == 0) & (x != 0),
                            (sign == 3) & (((a == 0) != (x == 0)) | (a == 0) & (free == 0)))
-        packed = (NUMBER0 + a) << 16 | np.asarray(OPERATORS)[sign] << 8 | (NUMBER0 + b)
-        return np.where(invalid, -1, packed).astype(np.int32).ravel()
+        packed = (NUMBER0 + b) << 16 | np.asarray(OPERATORS)[sign] << 8 | (NUMBER0 + a)
+        return np.where(invalid, -1, packed).astype("<i4").ravel()
 
     # --- plain-Python oracle and checker -------------------------------------------------------------
 
@@ -294,10 +309,10 @@ class Arithmetic(CotTask):
         return " ".join(SYMBOLS.get(int(t), str(int(t) - NUMBER0)) for t in tokens)
 
 
-def _trimmed(rows: np.ndarray) -> np.ndarray:
-    """Rows (packed to the left) without the all-PAD columns that rejected longer draws leave at the end."""
-    used = np.flatnonzero(rows.any(axis=0))
-    return rows[:, : int(used[-1]) + 1 if used.size else 1]
+@lru_cache(maxsize=None)
+def _before(width: int) -> np.ndarray:
+    """Row ``at`` is 255 in the columns before ``at`` and 0 from there on (uint8, ``width`` columns)."""
+    return np.tri(width + 1, width, -1, np.uint8) * np.uint8(255)
 
 
 def _split(tokens: list[int], separator: int) -> list[list[int]]:
