@@ -281,3 +281,22 @@ def test_split_follows_the_reference_under_recipe_in_narrow_rows():
     assert (np.abs(ours - theirs) <= 0.05 * theirs + 10).all(), (ours, theirs)
     assert ours[0] < 500  # of the 500 one-operator draws only the distinct ones stay
     assert (operators(test.tokens, test.prompts) == 3).all()
+
+
+def test_split_is_shuffled_and_as_wide_as_its_widest_row():
+    task = build_task("arithmetic", 4)
+    train, _ = task.split_rows(4000, 100, np.random.default_rng(2))
+    assert train.tokens.flags.c_contiguous and train.tokens.shape[1] == (train.tokens != PAD).sum(axis=1).max()
+    first, second = train.prompts[:2000].mean(), train.prompts[2000:].mean()
+    assert abs(first - second) < 0.02 * first  # in draw order the 1- and 2-operator stages would fill the first half
+    again, _ = task.split_rows(4000, 100, np.random.default_rng(2))
+    assert np.array_equal(train.tokens, again.tokens) and np.array_equal(train.prompts, again.prompts)
+
+
+def test_narrowing_rows_in_place_keeps_every_row():
+    from sepbench.tasks.cot.base import _narrowed
+    rows = np.random.default_rng(0).integers(0, 250, (1000, 37), dtype=np.uint8)
+    expected = rows[:, :29].copy()
+    narrowed = _narrowed(rows, 29, block=64)
+    assert narrowed.flags.c_contiguous and np.array_equal(narrowed, expected)
+    assert np.shares_memory(narrowed, rows)
