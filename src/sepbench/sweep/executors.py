@@ -175,10 +175,13 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
                 store.put(result)
                 on_result(result)
     except BaseException:
-        with sigint_ignored():
-            for ref in remaining:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
+        # Only a cluster's tasks outlive this process. A local instance's shutdown stops its workers, and
+        # cancelling there races Ray's completion of the interrupted tasks (a RAY_CHECK abort in ray 2.x).
+        if not started_here:
+            with sigint_ignored():
+                for ref in remaining:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
         raise
     finally:
         if started_here:
