@@ -122,6 +122,11 @@ def test_cli_list_dry_run_and_bad_claim(tmp_path):
     assert not (tmp_path / "s.db").exists()
     bad = runner.invoke(app, ["reproduce", "--claim", "nope"])
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "unknown claim 'nope'" in bad.stderr
+    both = runner.invoke(app, ["reproduce", "--claim", "eq-one", "--claim", "dyck-depth", "--dry-run", "--store",
+                               str(tmp_path / "s.db")], terminal_width=300)
+    assert both.exit_code == 0 and "48 runs to train" in both.stdout  # eq-one 30 + dyck-depth 18
+    half_bad = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--claim", "nope", "--dry-run"])
+    assert half_bad.exit_code == 2 and "unknown claim 'nope'" in half_bad.stderr
 
 
 def test_cli_theory_claim_end_to_end(tmp_path):

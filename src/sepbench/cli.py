@@ -1024,7 +1024,7 @@ class ClaimScale(str, Enum):
 @app.command("reproduce")
 def reproduce(
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
-    claim_id: Optional[str] = typer.Option(None, "--claim", help="only this claim (see --list)"),
+    claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
     scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (about an hour per claim on 2 CPU "
                                      "cores) or paper (the paper's protocol)"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
@@ -1052,7 +1052,7 @@ def reproduce(
     from sepbench.sweep.progress import SweepProgress
 
     with bad_input_exits():
-        claims = select(paper, claim_id)
+        claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
         db = Store(store)
         plans = [plan_claim(c, scale.value, db, overrides, Reuse(retry_failed=retry_failed))

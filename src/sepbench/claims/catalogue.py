@@ -8,7 +8,7 @@ claim's ``conditions`` (``sepbench.claims.evaluate``), never set by hand.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Sequence, Union
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -208,17 +208,20 @@ def catalogue() -> tuple[Claim, ...]:
     return tuple(claims)
 
 
-def select(paper: str | None = None, claim_id: str | None = None) -> list[Claim]:
-    """The claims of ``paper`` (all papers if None), or the one ``claim_id``; a bad name is a one-line ConfigError."""
+def select(paper: str | None = None, claim_ids: str | Sequence[str] | None = None) -> list[Claim]:
+    """The claims of ``paper`` (all papers if None), or only those named in ``claim_ids`` (catalogue order); a bad
+    name is a one-line ConfigError."""
     claims = list(catalogue())
     if paper is not None and paper not in PAPERS:
         raise ConfigError(f"unknown paper '{paper}'; allowed: {', '.join(PAPERS)}")
     if paper is not None:
         claims = [c for c in claims if c.paper == paper]
-    if claim_id is not None:
-        chosen = [c for c in claims if c.id == claim_id]
-        if not chosen:
-            where = f" of {paper}" if paper else ""
-            raise ConfigError(f"unknown claim '{claim_id}'{where}; allowed: {', '.join(c.id for c in claims)}")
-        return chosen
+    if claim_ids:
+        wanted = [claim_ids] if isinstance(claim_ids, str) else list(claim_ids)
+        known = {c.id for c in claims}
+        for claim_id in wanted:
+            if claim_id not in known:
+                where = f" of {paper}" if paper else ""
+                raise ConfigError(f"unknown claim '{claim_id}'{where}; allowed: {', '.join(c.id for c in claims)}")
+        return [c for c in claims if c.id in wanted]
     return claims
