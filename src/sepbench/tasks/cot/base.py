@@ -73,7 +73,7 @@ def _narrowed(rows: np.ndarray, width: int, block: int = 1 << 16) -> np.ndarray:
     of a large data set): row i goes to [i * width, (i + 1) * width), never past where it was read from."""
     if width == rows.shape[1]:
         return rows
-    flat, n, old = rows.reshape(-1), rows.shape[0], rows.shape[1]
+    flat, n = rows.reshape(-1), rows.shape[0]
     for start in range(0, n, block):
         stop = min(n, start + block)
         part = rows[start:stop, :width]
@@ -222,7 +222,7 @@ class CotTask(Task):
     def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],
                   exclude: np.ndarray) -> tuple["Rows", np.ndarray]:
         width = self.max_seq_len() + 1
-        tokens = np.full((n, width), PAD, self.token_dtype)  # written in order: the kernel maps it far faster than by scattered rows
+        tokens = np.full((n, width), PAD, self.token_dtype)  # touched in order first: faster than by scattered rows
         prompts = np.zeros(n, np.int32)
         place = rng.permutation(n)  # the i-th distinct row lands at place[i], so the set comes out shuffled
         seen, filled, used = exclude, 0, 1
