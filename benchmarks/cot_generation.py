@@ -24,10 +24,14 @@ Targets: split < 120 CPU s and < 4 GB at 1M; >= 20x the reference everywhere.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import tracemalloc
 
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread on both sides, before numpy and torch load
+
 import numpy as np
+import torch
 
 from sepbench.tasks import build_task
 from sepbench.tasks.cot import reference
@@ -49,8 +53,6 @@ def reference_rate(name: str, size: int, rows: int) -> float:
 
 def zoology_mqar(n: int, pairs: int, vocab: int, rng: np.random.RandomState) -> None:
     """zoology's MQAR rows at ``input_seq_len = 4 * pairs`` (one draw per row, as its ``apply_along_axis`` does)."""
-    import torch
-
     half, context, space = vocab // 2, 2 * pairs, pairs
     keys = np.stack([rng.choice(np.arange(1, half), pairs, replace=False) for _ in range(n)])
     values = np.stack([rng.choice(np.arange(half, vocab), pairs, replace=False) for _ in range(n)])
@@ -83,6 +85,7 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(LARGEST))
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    torch.set_num_threads(1)
     n_train = 100_000 if args.quick else 1_000_000
     fresh_rows, reference_rows = (10_000, 500) if args.quick else (50_000, 2_000)
     print(f"{'task':<14}{'size':>5}{'fresh/s':>10}{'ref/s':>8}{'x min':>7}{'x med':>7}"

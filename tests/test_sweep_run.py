@@ -323,15 +323,21 @@ def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
 
     store = Store(tmp_path / "s.db")
     configs = [RunConfig.build({"seed": seed, "device": "cpu"}) for seed in range(4)]
-    store.put(RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="completed"))
+    store.put(RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="failed", error="boom"))
     before = store.config_hashes()
-    todo = plan(configs, store)
+    planned = {cfg.config_hash() for cfg in plan(configs[1:], store).todo}
     reported, unreported = (RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed")
                             for cfg in configs[1:3])
     for result in (reported, unreported):  # a worker stores its result before the sweep hears of it
         store.put(result)
-    assert _finished_runs(todo, [reported], before, store) == {reported.config_hash, unreported.config_hash}
-    assert _finished_runs(None, [], before, store) == set()
+    assert _finished_runs({reported.config_hash}, before, store, planned) == {reported.config_hash,
+                                                                              unreported.config_hash}
+    assert _finished_runs(set(), before, store, set()) == set()
+    retried = RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="completed")
+    store.put(retried)  # --retry-failed replaces the failed row: the store does not grow, the report counts it
+    assert len(store) == 3
+    assert _finished_runs({retried.config_hash}, before, store) == {retried.config_hash, reported.config_hash,
+                                                                     unreported.config_hash}
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")

@@ -21,7 +21,6 @@ from sepbench.store import StoreError
 
 if TYPE_CHECKING:
     from sepbench.store import Store
-    from sepbench.sweep.executors import Plan
     from sepbench.sweep.pool import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
     from sepbench.train.result import RunResult
@@ -610,7 +609,7 @@ def sweep(
         _use_data_cache(data_cache)
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     db = Store(store)
-    finished: list[RunResult] = []
+    finished: set[str] = set()
     todo = None
     before: set[str] = set()
     try:
@@ -650,7 +649,7 @@ def sweep(
                 return
             with SweepProgress(spec.name, len(todo.todo), err) as progress:
                 def advance(result: RunResult) -> None:
-                    finished.append(result)
+                    finished.add(result.config_hash)
                     progress.advance(result)
 
                 try:
@@ -662,7 +661,8 @@ def sweep(
                     raise typer.Exit(BAD_INPUT) from None
     except KeyboardInterrupt:
         total = len(todo.todo) if todo is not None else 0
-        _interrupted(f"{len(_finished_runs(todo, finished, before, db))} of {total} runs finished", db.path)
+        planned = {cfg.config_hash() for cfg in todo.todo} if todo is not None else set()
+        _interrupted(f"{len(_finished_runs(finished, before, db, planned))} of {total} runs finished", db.path)
     failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",
@@ -729,13 +729,12 @@ def _threads(requested: int | None = None) -> int:
         raise ConfigError(str(problem)) from None
 
 
-def _finished_runs(todo: Plan | None, reported: list[RunResult], before: set[str], db: Store) -> set[str]:
-    """Runs of ``todo`` that finished: those reported, and those a worker stored but the interrupt kept from
-    being reported (new in the store since ``before``)."""
-    if todo is None:
-        return set()
-    planned = {cfg.config_hash() for cfg in todo.todo}
-    return {r.config_hash for r in reported} | (planned & (db.config_hashes() - before))
+def _finished_runs(reported: set[str], before: set[str], db: Store, planned: set[str] | None = None) -> set[str]:
+    """Runs that finished since the store held ``before``: those reported (a retried run replaces its row, so
+    only the report shows it), and those a worker stored but the interrupt kept from being reported (new in the
+    store; only those in ``planned`` when given)."""
+    new = db.config_hashes() - before
+    return reported | (new if planned is None else new & planned)
 
 
 def _interrupted(finished: str, path: Path) -> NoReturn:
@@ -805,7 +804,8 @@ def minwidth(
     with bad_input_exits():
         _use_data_cache(data_cache)
     db = Store(store)
-    before = len(db)
+    before = db.config_hashes()
+    progress = None
     try:
         with _warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
             from sepbench.sweep.progress import SweepProgress
@@ -842,7 +842,8 @@ def minwidth(
                                       on_result=progress.advance, reuse=reuse, lrs=grid_lrs,
                                       lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
     except KeyboardInterrupt:
-        _interrupted(f"{len(db) - before} runs finished", db.path)
+        reported = progress.finished if progress is not None else set()
+        _interrupted(f"{len(_finished_runs(reported, before, db))} runs finished", db.path)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
@@ -1069,14 +1070,15 @@ def reproduce(
     todo = sum(len(p.todo) for p in plans)
     out.print(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}",
               highlight=False, soft_wrap=True)
-    before = len(db)
+    before = db.config_hashes()
+    progress = SweepProgress("reproduce", todo, err)
     try:
-        with SweepProgress("reproduce", todo, err) as progress:
+        with progress:
             for claim in claims:
                 verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
                                       reuse=Reuse(retry_failed=retry_failed), group_size=group_size))
     except KeyboardInterrupt:
-        _interrupted(f"{len(db) - before} runs finished", db.path)
+        _interrupted(f"{len(_finished_runs(progress.finished, before, db))} runs finished", db.path)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 

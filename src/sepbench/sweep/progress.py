@@ -25,6 +25,8 @@ class SweepProgress:
     def __init__(self, name: str, total: int, console: Console, live: bool | None = None) -> None:
         self.name, self.total, self.console = name, total, console
         self.done = 0
+        self.finished: set[str] = set()
+        """config hashes of the runs advanced so far"""
         self.live = console.is_terminal if live is None else live
         self.start = time.perf_counter()
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
@@ -39,6 +41,7 @@ class SweepProgress:
 
     def advance(self, result: RunResult) -> None:
         self.done += 1
+        self.finished.add(result.config_hash)
         if self.live:
             self._bar.update(self._job, advance=1)
             self._bar.console.print(describe(result), markup=False, highlight=False)
