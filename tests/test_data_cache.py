@@ -136,7 +136,7 @@ def test_writers_of_the_same_key_at_once_leave_one_intact_entry(tmp_path, draws)
 
 
 def test_cli_data_cache_is_made_and_used_and_a_file_there_is_refused(tmp_path, monkeypatch, store_path, draws):
-    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv(CACHE_ENV, "")  # no cache, and --data-cache's setting is undone after the test
     blocker = tmp_path / "file"
     blocker.write_text("")
     run = ["run", "--task", "lis", "--length", "6", "--width", "16", "--steps", "4", "--device", "cpu",

@@ -267,12 +267,14 @@ def test_a_writer_killed_inside_put_leaves_no_partial_row(tmp_path):
     for attempt in range(3):
         writer = context.Process(target=_put_forever, args=(str(path),))
         writer.start()
-        deadline = time.monotonic() + 60
-        while len(Store(path)) <= attempt * 5 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05 * attempt)
-        writer.kill()  # SIGKILL lands at some point of a put: before, inside or after its transaction
-        writer.join()
+        try:
+            deadline = time.monotonic() + 60
+            while len(Store(path)) <= attempt * 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.05 * attempt)
+        finally:  # a writer left behind by a failure would put forever and slow every later test
+            writer.kill()  # SIGKILL lands at some point of a put: before, inside or after its transaction
+            writer.join()
         _stored(path)
     assert len(Store(path)) > 0
 
