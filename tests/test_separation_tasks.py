@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from sepbench.tasks import TASKS, build_task
+from sepbench.tasks.base import Batch
 from sepbench.tasks.dyck import count_dyck, is_dyck, minimal_dfa_live_states
 
 CASES = [
@@ -187,3 +188,22 @@ def test_mqar_keys_are_distinct_and_uniform(pairs, vocab):
     batch = build_task("mqar", pairs, {"key_vocab": vocab}).sample_train(100, np.random.default_rng(1))
     first_half = batch.inputs[:, : 2 * pairs : 2]
     assert all(len(set(row.tolist())) == pairs for row in first_half)
+
+
+@pytest.mark.parametrize("options", [{"key_vocab": 4096, "value_vocab": 4096}, {"key_vocab": 70_000, "value_vocab": 320}])  # 16-bit words; general path
+def test_mqar_queries_are_a_uniform_order_of_the_pairs(options):
+    pairs, rows = 16, 20000
+    task = build_task("mqar", pairs, options)
+    batch = task.sample_train(rows, np.random.default_rng(2))
+    inputs = batch.inputs.numpy()
+    assert all_pass(task, Batch(batch.inputs[:200], batch.targets[:200], batch.mask[:200]))
+    queries = inputs[:, 2 * pairs :: 2]
+    slot_of_first_key = (queries == inputs[:, :1]).argmax(axis=1)
+    assert ((queries == inputs[:, :1]).sum(axis=1) == 1).all()
+    counts = np.bincount(slot_of_first_key, minlength=pairs)
+    expected = rows / pairs
+    assert ((counts - expected) ** 2 / expected).sum() < 45  # chi-square, 15 df: p ~ 1e-4
+    values = inputs[:, 1 : 2 * pairs : 2] - options["key_vocab"]
+    assert values.min() >= 0 and values.max() < options["value_vocab"]
+    value_counts = np.bincount(values[:, 0] % 16, minlength=16)
+    assert ((value_counts - rows / 16) ** 2 / (rows / 16)).sum() < 45

@@ -1,6 +1,7 @@
 """Associative recall tasks: multi-query AR (zoology-style MQAR) and nearest neighbour (Bhattamishra et al. 2024, sec. 5)."""
 from __future__ import annotations
 
+import sys
 from typing import Literal, Sequence
 
 import numpy as np
@@ -53,19 +54,31 @@ class MQAR(Task):
     def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
         pairs = length or self.length
         self._check_length(pairs)
-        keys = distinct_keys(n, pairs, self.keys, rng)
-        values = self.keys + rng.integers(0, self.values, size=(n, pairs))
-        order = np.argsort(rng.random((n, pairs)), axis=1)
-        query_keys = np.take_along_axis(keys, order, 1)
-        query_values = np.take_along_axis(values, order, 1)
         inputs = np.empty((n, 4 * pairs), dtype=np.int64)
-        inputs[:, 0 : 2 * pairs : 2], inputs[:, 1 : 2 * pairs : 2] = keys, values
-        inputs[:, 2 * pairs :: 2], inputs[:, 2 * pairs + 1 :: 2] = query_keys, query_values
+        if self.keys + self.values <= 1 << 16 and sys.byteorder == "little":
+            self._write_packed(inputs, pairs, rng)
+        else:
+            keys = distinct_keys(n, pairs, self.keys, rng)
+            values = self.keys + rng.integers(0, self.values, size=(n, pairs))
+            order = uniform_orders(n, pairs, rng)
+            inputs[:, 0 : 2 * pairs : 2], inputs[:, 1 : 2 * pairs : 2] = keys, values
+            inputs[:, 2 * pairs :: 2] = np.take_along_axis(keys, order, 1)
+            inputs[:, 2 * pairs + 1 :: 2] = np.take_along_axis(values, order, 1)
         targets = np.zeros_like(inputs)
-        targets[:, 2 * pairs :: 2] = query_values
+        targets[:, 2 * pairs :: 2] = inputs[:, 2 * pairs + 1 :: 2]
         mask = np.zeros(inputs.shape, dtype=bool)
         mask[:, 2 * pairs :: 2] = True
         return Batch.from_numpy(inputs, targets, mask)
+
+    def _write_packed(self, inputs: np.ndarray, pairs: int, rng: np.random.Generator) -> None:
+        """The same rows as the general path when every token fits 16 bits: each pair is one 32-bit word
+        (key, value token), and the queries are the pairs sorted by 32 random bits above them, so the sort
+        moves keys and values together and both halves are written from 16-bit views."""
+        n = len(inputs)
+        words = distinct_keys(n, pairs, self.keys, rng).astype(np.uint32)
+        words |= (self.keys + rng.integers(0, self.values, (n, pairs), dtype=np.uint32)) << 16
+        inputs[:, : 2 * pairs] = words.view(np.uint16)
+        inputs[:, 2 * pairs :] = shuffled_rows(words, rng).view(np.uint16)
 
     def reference_answer(self, inputs: Sequence[int]) -> list[int]:
         tokens = [t for t in inputs if t != self.pad_id]
@@ -79,28 +92,73 @@ def distinct_keys(n: int, pairs: int, vocab: int, rng: np.random.Generator) -> n
 
     Each row keeps the first ``pairs`` distinct values of a few more uniform draws than ``pairs`` (rows
     with too few are redrawn): each new distinct value is uniform over the unseen ones, so the row is a
-    uniform ordered choice, at O(pairs) per row (numpy sorts 16-bit draws by radix) instead of a permutation
-    of the vocabulary (still the way when ``pairs`` is near ``vocab``).
+    uniform ordered choice, at O(pairs) per row instead of a permutation of the vocabulary (still the way
+    when ``pairs`` is near ``vocab``).
     """
     draws = pairs + 2 * pairs * pairs // vocab + 8
     if draws > vocab // 2:
         return np.argsort(rng.random((n, vocab)), axis=1)[:, :pairs]
-    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+    first_distinct = _first_distinct_packed if vocab <= 1 << 16 and draws < 1 << 16 else _first_distinct
     out = np.empty((n, pairs), np.int64)
     todo = np.arange(n)
     while todo.size:
-        raw = rng.integers(0, vocab, (todo.size, draws), dtype=dtype)
-        order = np.argsort(raw, axis=1, kind="stable")  # of equal draws the earliest comes first
-        ordered = np.take_along_axis(raw, order, axis=1)
-        first = np.ones(raw.shape, bool)
-        np.put_along_axis(first, order[:, 1:], ordered[:, 1:] != ordered[:, :-1], axis=1)
-        ok = first.sum(axis=1) >= pairs
-        if not ok.all():
-            first, raw = first[ok], raw[ok]
-        keep = first & (np.cumsum(first, axis=1, dtype=np.int32) <= pairs)
-        out[todo[ok]] = raw[keep].reshape(-1, pairs)
+        found, ok = first_distinct(todo.size, pairs, draws, vocab, rng)
+        out[todo[ok]] = found
         todo = todo[~ok]
     return out
+
+
+def _first_distinct(n: int, pairs: int, draws: int, vocab: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``pairs`` distinct values of ``draws`` uniform draws per row, for the rows that have them
+    (and which rows those are)."""
+    raw = rng.integers(0, vocab, (n, draws), dtype=np.uint32)
+    order = np.argsort(raw, axis=1, kind="stable")  # of equal draws the earliest comes first
+    ordered = np.take_along_axis(raw, order, axis=1)
+    first = np.ones(raw.shape, bool)
+    np.put_along_axis(first, order[:, 1:], ordered[:, 1:] != ordered[:, :-1], axis=1)
+    ok = first.sum(axis=1) >= pairs
+    first, raw = first[ok], raw[ok]
+    keep = first & (np.cumsum(first, axis=1, dtype=np.int32) <= pairs)
+    return raw[keep].reshape(-1, pairs), ok
+
+
+def _first_distinct_packed(n: int, pairs: int, draws: int, vocab: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``_first_distinct`` for 16-bit values and draw counts, by two sorts of 32-bit words (numpy sorts
+    these with SIMD): (value, draw) finds each value's first draw, then (first draw, value) puts the
+    values found in the order they were first drawn."""
+    words = rng.integers(0, vocab, (n, draws), dtype=np.uint32) << 16
+    words |= np.arange(draws, dtype=np.uint32)
+    words.sort(axis=1)
+    value, at = words >> 16, words & 0xFFFF
+    repeat = np.zeros(words.shape, bool)
+    np.equal(value[:, 1:], value[:, :-1], out=repeat[:, 1:])
+    at <<= 16
+    at |= value
+    at[repeat] = 0xFFFFFFFF
+    at.sort(axis=1)
+    ok = at[:, pairs - 1] != 0xFFFFFFFF
+    return at[ok, :pairs] & 0xFFFF, ok
+
+
+def uniform_orders(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """[n, size] permutations of range(size), each uniform and independent."""
+    return np.argsort(rng.random((n, size)), axis=1)
+
+
+def shuffled_rows(words: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each row of 32-bit ``words`` in a uniform random order: the words sorted by 32 random bits placed
+    above them; a row whose random bits repeat (about size^2 / 2^33 of rows) is drawn again."""
+    out = np.empty(words.shape, np.uint64)
+    todo = np.arange(len(words))
+    while todo.size:
+        keyed = rng.integers(0, 1 << 32, words[todo].shape, dtype=np.uint64) << 32
+        keyed |= words[todo]
+        keyed.sort(axis=1)
+        high = keyed >> 32
+        tied = (high[:, 1:] == high[:, :-1]).any(axis=1)
+        out[todo[~tied]] = keyed[~tied]
+        todo = todo[tied]
+    return out.astype(np.uint32)
 
 
 class NearestNeighborOptions(BaseModel):
