@@ -15,6 +15,7 @@ NUMBER0 = 10
 OPERATORS = (PLUS, MINUS, TIMES, DIVIDE)
 SYMBOLS = {1: "<cls>", PLUS: "+", MINUS: "-", TIMES: "*", DIVIDE: "/", OPEN: "(", CLOSE: ")", EQUALS: "=", EOS: "<eos>", PAD: "<pad>"}
 EXPAND_CHUNK = 8192  # rows per expansion block: keeps its temporaries in cache
+WIDEN = 4  # expansions between widenings of the working rows (wider rows cost more per expansion)
 PAPER_MAX_COT = {6: 85, 10: 221, 13: 355, 16: 505}
 """Largest CoT in the paper's data sets (Yang et al. 2024, sec. 6.1); for n >= 13 below the bound 2n^2+2n+1."""
 
@@ -69,15 +70,10 @@ class Arithmetic(CotTask):
         return 4 * length + 1
 
     def _generate(self, n: int, rng: np.random.Generator, length: int, train: bool) -> tuple[np.ndarray, np.ndarray]:
+        operators = np.full(n, length)
         if train and self.options.under:
-            weights = np.arange(1, length + 1) / (length * (length + 1) / 2)
-            counts = rng.multinomial(n, weights)
-        else:
-            counts = np.zeros(length, np.int64)
-            counts[-1] = n
-        rows, prompts = self._rows_with(np.repeat(np.arange(length, 0, -1), counts[::-1]), rng)
-        order = rng.permutation(n)
-        return rows.take(order, axis=0), prompts[order]
+            operators = rng.choice(np.arange(1, length + 1), n, p=np.arange(1, length + 1) / (length * (length + 1) / 2))
+        return self._rows_with(operators, rng)
 
     def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
         """With ``under``, the reference's recipe (Feng et al. 2023, arithmetic/data.py): int(n_train k /
@@ -102,7 +98,7 @@ class Arithmetic(CotTask):
         return out
 
     def _rows_with(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One sample per entry of ``operators`` (non-increasing) with that many operators; a sample whose
+        """One sample per entry of ``operators`` with that many operators; a sample whose
         CoT is longer than the cap is drawn again with the same count. Rows are as wide as the longest kept."""
         caps = np.array([self.cot_cap(k) for k in range(int(operators.max(initial=0)) + 1)])
         parts, todo, width = [], np.arange(len(operators)), 1
@@ -129,47 +125,60 @@ class Arithmetic(CotTask):
         return out, prompts
 
     def _expand(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``_expand_chunk`` over blocks of rows small enough that its temporaries stay in cache."""
-        if len(operators) <= EXPAND_CHUNK:
-            return self._expand_chunk(operators, rng)
-        parts = [self._expand_chunk(operators[i : i + EXPAND_CHUNK], rng) for i in range(0, len(operators), EXPAND_CHUNK)]
-        rows = np.zeros((len(operators), max(part[0].shape[1] for part in parts)), self.token_dtype)
-        for i, part in zip(range(0, len(operators), EXPAND_CHUNK), parts):
-            rows[i : i + len(part[0]), : part[0].shape[1]] = part[0]
-        return rows, np.concatenate([part[1] for part in parts]), np.concatenate([part[2] for part in parts])
+        """``_expand_chunk`` over blocks of rows small enough that its temporaries stay in cache. The rows are
+        expanded in non-increasing operator order, so that each block has few distinct counts (each count
+        costs a round of numpy calls on the block), and put back where they belong."""
+        order = np.argsort(-operators.astype(np.int16), kind="stable")
+        parts = [(index, self._expand_chunk(operators[index], rng))
+                 for index in np.split(order, range(EXPAND_CHUNK, len(order), EXPAND_CHUNK))]
+        rows = np.zeros((len(operators), max((part[0].shape[1] for _, part in parts), default=0)), self.token_dtype)
+        prompts, cot_lengths = np.empty(len(operators), np.int64), np.empty(len(operators), np.int64)
+        for index, (part_rows, part_prompts, part_cot_lengths) in parts:
+            rows[index, : part_rows.shape[1]] = part_rows
+            prompts[index], cot_lengths[index] = part_prompts, part_cot_lengths
+        return rows, prompts, cot_lengths
 
     def _expand_chunk(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Samples with ``operators[i]`` operators (non-increasing): rows, prompt lengths and CoT lengths.
 
-        Expansion s acts on the samples with at least s operators, a prefix. ``work`` holds the current
-        expressions with 4 PAD columns on either side, so that shifted copies are column slices. Each
-        expression, followed by ``=``, is also written into its own slot of a buffer laid out as the row is
-        (the last expression first). An expression and its ``=`` are an even number of tokens starting at an
-        even column, so the rows are the buffer's nonzero 16-bit words packed to the left, one block of rows
-        per operator count. ``leaves`` holds where the numbers are."""
+        Expansion s acts on the samples with at least s operators, a prefix. The current expressions, each
+        followed by ``=``, are rows of one width in a flat array after 4 PAD tokens, so that the rows shifted
+        right by 2 or 4 tokens are contiguous views too (the ``=`` moves right with the tokens after x). Each
+        expression and its ``=`` is also written into its own slot of a buffer laid out as the row is (the
+        last expression first). They are an even number of tokens starting at an even column, so the rows
+        are the buffer's nonzero 16-bit words packed to the left, one block of rows per operator count.
+        ``leaves`` holds where the numbers are."""
         n, top = len(operators), int(operators.max(initial=0))
         active = np.searchsorted(-operators, -np.arange(top + 2), side="right")
         first = (NUMBER0 + rng.integers(0, self.p, n)).astype(self.token_dtype)
         lengths, total = np.ones(n, np.int64), np.ones(n, np.int64)
-        leaves = np.zeros((top + 1, n), np.int32)
-        work = np.zeros((n, 4 * top + 9), self.token_dtype)
-        work[:, 4] = first
+        leaves = np.zeros((top + 1, n), np.int16)
+        width = 2
+        work = np.zeros(4 + n * width, self.token_dtype)
+        work[4::width], work[5::width] = first, EQUALS
+        final = np.zeros((n, 4 * top + 2), self.token_dtype) if self.direct else None
+        if self.direct:
+            final[:, :width] = work[4:].reshape(n, width)
         offsets = np.cumsum([0] + [4 * s + 2 for s in range(top, 0, -1)])[::-1]  # slot s starts at offsets[s]
         buffer = np.zeros((n, 0 if self.direct else offsets[0] + 2), self.token_dtype)
         if not self.direct:
             buffer[:, offsets[0]], buffer[:, offsets[0] + 1] = first, EOS
+        rows_at = np.arange(n, dtype=np.int64)
         for s in range(1, top + 1):
-            m, width = int(active[s]), 4 * s + 1
-            new, grow = self._step(work, m, leaves, s, rng)
-            work[:m, 4 : 4 + width] = new
+            m = int(active[s])
+            if 4 * s + 2 > width:
+                work, width = _widened(work, width, 4 * min(top, s + WIDEN - 1) + 2, m), 4 * min(top, s + WIDEN - 1) + 2
+            work, grow = self._step(work, width, m, leaves, s, rows_at[:m], rng)
+            new = work[4:].reshape(m, width)
             lengths[:m] += grow
             total[:m] += lengths[:m]
-            if not self.direct:
-                buffer[:m, offsets[s] : offsets[s] + width] = new
-                buffer.ravel()[np.arange(m) * buffer.shape[1] + offsets[s] + lengths[:m]] = EQUALS
+            if self.direct:
+                final[active[s + 1] : m, :width] = new[active[s + 1] :]
+            else:
+                buffer[:m, offsets[s] : offsets[s] + 4 * s + 2] = new[:, : 4 * s + 2]
         if self.direct:
             rows = np.zeros((n, 4 * top + 4), self.token_dtype)
-            rows[:, : 4 * top + 1] = work[:, 4 : 4 * top + 5]
+            rows[:, : 4 * top + 1] = final[:, : 4 * top + 1]
             index = np.arange(n)
             rows[index, lengths], rows[index, lengths + 1], rows[index, lengths + 2] = EQUALS, first, EOS
             return rows[:, : int(lengths.max(initial=0)) + 3], lengths + 1, total + operators
@@ -183,61 +192,66 @@ class Arithmetic(CotTask):
             rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = np.compress(block != 0, block)
         return rows.view(self.token_dtype), lengths + 1, total + operators
 
-    def _step(self, work: np.ndarray, m: int, leaves: np.ndarray, s: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Expansion s of the first ``m`` rows of ``work`` (expressions of s numbers from column 4, PAD around
-        them, numbers at ``leaves[:s]`` in any order, updated in place): a uniform number x becomes (a op b),
-        bracketed where precedence needs it. Returns the expressions, 4 wider, and how many tokens each grew
-        by. The tokens after x are the row shifted by 2 or 4 columns, a slice of ``work``; the tokens before
-        x are kept by a mask of 255s (``b ^ ((a ^ b) & mask)`` is a where the mask is set, else b)."""
-        width, flat = 4 * s + 1, work.ravel()
-        pick = rng.integers(0, s, m, dtype=np.int32)
-        leaf = pick * leaves.shape[1] + np.arange(m)
+    def _step(self, work: np.ndarray, width: int, m: int, leaves: np.ndarray, s: int, rows: np.ndarray,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Expansion s of the first ``m`` expressions in ``work`` (4 PAD tokens, then rows of ``width`` tokens:
+        an expression of s numbers and ``=``, PAD after; numbers at ``leaves[:s]`` in any order, updated in
+        place; ``rows`` is ``arange(m)``): a uniform number x becomes (a op b), bracketed where precedence
+        needs it. Returns the new expressions laid out the same way, and how many tokens each grew by. The
+        tokens after x are the row shifted by 2 or 4 tokens; the tokens before x are kept by a mask of 255s
+        (``b ^ ((a ^ b) & mask)`` is a where the mask is set, else b)."""
+        size = m * width
+        leaf = rng.integers(0, s, m, dtype=np.int64) * leaves.shape[1] + rows
         at = leaves.ravel()[leaf]
-        where = np.arange(m) * work.shape[1] + 4 + at
-        left, right = flat[where - 1], flat[where + 1]
-        pieces = self._expansions(flat[where].astype(np.int64) - NUMBER0, rng)
-        a, op, b = pieces.T
-        additive = (op == PLUS) | (op == MINUS)
-        bracket = (left == DIVIDE) | additive & ((left == TIMES) | (left == MINUS) | (right == TIMES) | (right == DIVIDE))
+        where = rows * width + at + 4
+        around = np.lib.stride_tricks.as_strided(work, (len(work) - 2, 3), (1, 1), writeable=False)[where - 1]
+        a, op, b, bracket = self._expansions(around, rng)
         wide = np.flatnonzero(bracket)
-        shifted = work[:m, 2 : 2 + width].copy()
-        shifted[wide] = work[wide, :width]
-        out = np.bitwise_xor(work[:m, 4 : 4 + width], shifted)
-        out &= _before(width).take(at, axis=0)
-        out ^= shifted
-        written = out.ravel()
-        where = np.arange(m) * width + at
-        written[where] = np.where(bracket, OPEN, a)
-        written[where + 1] = np.where(bracket, a, op)
-        written[where + 2] = np.where(bracket, op, b)
-        written[where[wide] + 3] = b[wide]
-        written[where[wide] + 4] = CLOSE
-        grow = 2 + 2 * bracket.astype(np.int32)
+        new = np.empty(4 + size, work.dtype)
+        new[:4] = PAD
+        out = new[4:].reshape(m, width)
+        out[...] = work[2 : 2 + size].reshape(m, width)
+        out[wide] = work[:size].reshape(m, width).take(wide, axis=0)
+        kept = np.bitwise_xor(work[4 : 4 + size].reshape(m, width), out)
+        kept &= _before(width).take(at, axis=0)
+        out ^= kept
+        opened = where[wide]
+        new[opened], new[opened + 4] = OPEN, CLOSE
+        where += bracket
+        new[where], new[where + 1], new[where + 2] = a, op, b
+        grow = 2 + 2 * bracket.view(np.int8)
         later = leaves[:s, :m]
         later += (later > at) * grow
         leaves.ravel()[leaf] = at + bracket
         leaves[s, :m] = at + 2 + bracket
-        return out, grow
+        return new, grow
 
-    def _expansions(self, value: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Tokens (a, op, b), one row per value, with a op b = value (mod p), drawn as the reference draws them
-        (Feng et al. 2023, arithmetic/data.py): a and op uniform, b solved for; an invalid draw (a = 0 under *
-        or /, a zero divisor) redraws a and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn
-        uniformly. One uniform draw over (a, op, free b) per try, looked up in ``_expansion_table``."""
-        size = 4 * self.p * self.p
-        code = self._expansion_table[value * size + rng.integers(0, size, value.shape[0])]
-        todo = np.flatnonzero(code < 0)
-        while todo.size:
-            found = self._expansion_table[value[todo] * size + rng.integers(0, size, todo.size)]
-            code[todo] = found
-            todo = todo[found < 0]
-        return code.view(np.uint8).reshape(-1, 4)[:, :3]
+    def _expansions(self, around: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For [left, x, right] token windows around number tokens x: tokens a, op, b with a op b = x (mod p),
+        drawn as the reference draws them (Feng et al. 2023, arithmetic/data.py), and whether (a op b) needs
+        brackets there: after /, or when + or - follows * or -, or comes before * or /. The reference draws a
+        and op uniformly and solves for b; an invalid draw (a = 0 under * or /, a zero divisor) redraws a
+        and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly. That is a uniform draw
+        over the valid (a, op, free b) of the reference's grid: a uniform one of the first ``columns`` of
+        row x of ``_expansion_table`` (``zero_columns`` where x = 0)."""
+        table, columns, zero_columns = self._expansion_table
+        x = around[:, 1]
+        index = rng.integers(0, columns, len(x))
+        zero = np.flatnonzero(x == NUMBER0)
+        index[zero] = rng.integers(0, zero_columns, len(zero))
+        index += x * np.int64(len(table) // (NUMBER0 + self.p))
+        pieces = table.take(index).view(np.uint8).reshape(-1, 4)
+        context = _LEFT_CONTEXT.take(around[:, 0])
+        context |= _RIGHT_CONTEXT.take(around[:, 2])
+        context &= pieces[:, 3]
+        return pieces[:, 0], pieces[:, 1], pieces[:, 2], context != 0
 
     @cached_property
-    def _expansion_table(self) -> np.ndarray:
-        """At [x * 4p^2 + (free * 4 + op) * p + a] (op indexing OPERATORS, free the b drawn where any b
-        works): the tokens a, op, b as the first three bytes of a little-endian int32, or -1 for a draw the
-        reference rejects."""
+    def _expansion_table(self) -> tuple[np.ndarray, int, int]:
+        """Row x token: the valid draws (a, op, free b) for number x as the tokens a, op, b and the contexts
+        that bracket (a op b) (``_ALWAYS`` or ``_ADDITIVE`` bits) in the bytes of a little-endian int32, -1
+        after them; how many there are for x != 0 (4p^2 - 2p, the same for
+        every x) and for x = 0 (3p^2 + p - 1). A draw over (a, op, free) is valid where the reference keeps it."""
         p = self.p
         x, free, sign, a = np.meshgrid(np.arange(p), np.arange(p), np.arange(4), np.arange(p), indexing="ij")
         inverse = self.inverse
@@ -246,8 +260,15 @@ class Arithmetic(CotTask):
                       np.where(x == 0, free, a * inverse[x] % p))
         invalid = np.where(sign == 2, (a == 0) & (x != 0),
                            (sign == 3) & (((a == 0) != (x == 0)) | (a == 0) & (free == 0)))
-        packed = (NUMBER0 + b) << 16 | np.asarray(OPERATORS)[sign] << 8 | (NUMBER0 + a)
-        return np.where(invalid, -1, packed).astype("<i4").ravel()
+        brackets_when = np.where(sign < 2, _ALWAYS | _ADDITIVE, _ALWAYS)
+        packed = (brackets_when << 24 | (NUMBER0 + b) << 16 | np.asarray(OPERATORS)[sign] << 8 | (NUMBER0 + a)).reshape(p, -1)
+        valid = ~invalid.reshape(p, -1)
+        counts = valid.sum(axis=1)
+        assert (counts[1:] == 4 * p * p - 2 * p).all() and counts[0] == 3 * p * p + p - 1
+        table = np.full((NUMBER0 + p, counts.max()), -1, "<i4")
+        for value in range(p):
+            table[NUMBER0 + value, : counts[value]] = packed[value][valid[value]]
+        return table.ravel(), int(counts[1]), int(counts[0])
 
     # --- plain-Python oracle and checker -------------------------------------------------------------
 
@@ -307,6 +328,20 @@ class Arithmetic(CotTask):
 
     def render(self, tokens: Sequence[int]) -> str:
         return " ".join(SYMBOLS.get(int(t), str(int(t) - NUMBER0)) for t in tokens)
+
+
+def _widened(work: np.ndarray, width: int, wider: int, rows: int) -> np.ndarray:
+    """The first ``rows`` rows of ``work`` (4 PAD tokens, then rows of ``width`` tokens) at a wider width."""
+    out = np.zeros(4 + rows * wider, work.dtype)
+    out[4:].reshape(rows, wider)[:, :width] = work[4 : 4 + rows * width].reshape(rows, width)
+    return out
+
+
+_ALWAYS, _ADDITIVE = 1, 2  # bits of a neighbour's context: brackets any (a op b) / brackets a + or - only
+_LEFT_CONTEXT = np.zeros(256, np.uint8)
+_LEFT_CONTEXT[DIVIDE], _LEFT_CONTEXT[TIMES], _LEFT_CONTEXT[MINUS] = _ALWAYS, _ADDITIVE, _ADDITIVE
+_RIGHT_CONTEXT = np.zeros(256, np.uint8)
+_RIGHT_CONTEXT[TIMES], _RIGHT_CONTEXT[DIVIDE] = _ADDITIVE, _ADDITIVE
 
 
 @lru_cache(maxsize=None)
