@@ -300,3 +300,11 @@ def test_narrowing_rows_in_place_keeps_every_row():
     narrowed = _narrowed(rows, 29, block=64)
     assert narrowed.flags.c_contiguous and np.array_equal(narrowed, expected)
     assert np.shares_memory(narrowed, rows)
+
+
+def test_arithmetic_cap_below_every_cot_is_refused():
+    with pytest.raises(ValueError, match="max_cot=300 is below the shortest CoT with 16 operators"):
+        build_task("arithmetic", 16, {"max_cot": 300})  # no 16-operator CoT is shorter than 17^2 + 16 = 305
+    task = build_task("arithmetic", 6, {"max_cot": 60})
+    with pytest.raises(ValueError, match="with 8 operators"):
+        task.generate_rows(10, np.random.default_rng(0), length=8)

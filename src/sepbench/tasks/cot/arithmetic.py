@@ -49,6 +49,13 @@ class Arithmetic(CotTask):
             raise ValueError(f"arithmetic modulus must be prime, got {p}")
         self.p = p
         self.inverse = np.array([0] + [pow(v, p - 2, p) for v in range(1, p)])
+        self._check_cap(length)
+
+    def _check_cap(self, operators: int) -> None:
+        shortest = (operators + 1) ** 2 + operators  # no brackets
+        if self.cot_cap(operators) < shortest:
+            raise ValueError(f"arithmetic max_cot={self.options.max_cot} is below the shortest CoT with {operators} "
+                             f"operators ({shortest} tokens); use an integer >= {shortest}, 'paper' or 'bound'")
 
     @property
     def vocab_size(self) -> int:
@@ -98,31 +105,32 @@ class Arithmetic(CotTask):
         return out
 
     def _rows_with(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One sample per entry of ``operators`` with that many operators; a sample whose
-        CoT is longer than the cap is drawn again with the same count. Rows are as wide as the longest kept."""
+        """One sample per entry of ``operators`` with that many operators; a sample whose CoT is longer than
+        the cap is drawn again with the same count, in place. Rows are as wide as the longest kept."""
         caps = np.array([self.cot_cap(k) for k in range(int(operators.max(initial=0)) + 1)])
-        parts, todo, width = [], np.arange(len(operators)), 1
-        while todo.size:
-            rows, prompts, cot_lengths = self._expand(operators[todo], rng)
-            if self.options.order == "leftmost" and not self.direct:
-                rows = self._leftmost_rows(rows, prompts)
-                cot_lengths = (rows != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
-            ok = cot_lengths <= caps[operators[todo]]
-            width = max(width, int((prompts + 2 if self.direct else cot_lengths + 1)[ok].max(initial=1)))
-            if ok.all():
-                parts.append((todo, rows, prompts))
-                break
-            parts.append((todo[ok], rows[ok], prompts[ok]))
-            todo = todo[~ok]
-        if len(parts) == 1:
-            rows, prompts = parts[0][1], parts[0][2]
-            return (rows if rows.shape[1] == width else rows[:, :width]), prompts
-        out = np.zeros((len(operators), width), self.token_dtype)
-        prompts = np.empty(len(operators), np.int64)
-        for index, rows, part_prompts in parts:
-            out[index, : min(width, rows.shape[1])] = rows[:, :width]
-            prompts[index] = part_prompts
-        return out, prompts
+        for k in np.unique(operators):
+            self._check_cap(int(k))
+        rows, prompts, cot_lengths = self._capped_rows(operators, rng)
+        redraw = np.flatnonzero(cot_lengths > caps[operators])
+        while redraw.size:
+            more, more_prompts, more_cot_lengths = self._capped_rows(operators[redraw], rng)
+            ok = more_cot_lengths <= caps[operators[redraw]]
+            if more.shape[1] > rows.shape[1]:
+                rows = np.pad(rows, ((0, 0), (0, more.shape[1] - rows.shape[1])))
+            rows[redraw[ok]] = PAD
+            rows[redraw[ok], : more.shape[1]] = more[ok]
+            prompts[redraw[ok]], cot_lengths[redraw[ok]] = more_prompts[ok], more_cot_lengths[ok]
+            redraw = redraw[~ok]
+        width = int((prompts + 2 if self.direct else cot_lengths + 1).max(initial=1))
+        return (rows if rows.shape[1] == width else rows[:, :width]), prompts
+
+    def _capped_rows(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_expand``'s rows, prompt and CoT lengths, in the CoT order of ``order``."""
+        rows, prompts, cot_lengths = self._expand(operators, rng)
+        if self.options.order == "leftmost" and not self.direct:
+            rows = self._leftmost_rows(rows, prompts)
+            cot_lengths = (rows != PAD).sum(axis=1) - 1  # the cap applies to the rows actually written
+        return rows, prompts, cot_lengths
 
     def _expand(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``_expand_chunk`` over blocks of rows small enough that its temporaries stay in cache. The rows are
