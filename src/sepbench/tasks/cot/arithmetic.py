@@ -212,8 +212,7 @@ class Arithmetic(CotTask):
         leaf = rng.integers(0, s, m, dtype=np.int64) * leaves.shape[1] + rows
         at = leaves.ravel()[leaf]
         where = rows * width + at + 4
-        around = np.lib.stride_tricks.as_strided(work, (len(work) - 2, 3), (1, 1), writeable=False)[where - 1]
-        a, op, b, bracket = self._expansions(around, rng)
+        a, op, b, bracket = self._expansions(work.take(where - 1), work.take(where), work.take(where + 1), rng)
         wide = np.flatnonzero(bracket)
         new = np.empty(4 + size, work.dtype)
         new[:4] = PAD
@@ -234,8 +233,9 @@ class Arithmetic(CotTask):
         leaves[s, :m] = at + 2 + bracket
         return new, grow
 
-    def _expansions(self, around: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """For [left, x, right] token windows around number tokens x: tokens a, op, b with a op b = x (mod p),
+    def _expansions(self, left: np.ndarray, x: np.ndarray, right: np.ndarray,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For number tokens x between tokens ``left`` and ``right``: tokens a, op, b with a op b = x (mod p),
         drawn as the reference draws them (Feng et al. 2023, arithmetic/data.py), and whether (a op b) needs
         brackets there: after /, or when + or - follows * or -, or comes before * or /. The reference draws a
         and op uniformly and solves for b; an invalid draw (a = 0 under * or /, a zero divisor) redraws a
@@ -243,14 +243,13 @@ class Arithmetic(CotTask):
         over the valid (a, op, free b) of the reference's grid: a uniform one of the first ``columns`` of
         row x of ``_expansion_table`` (``zero_columns`` where x = 0)."""
         table, columns, zero_columns = self._expansion_table
-        x = around[:, 1]
         index = rng.integers(0, columns, len(x))
         zero = np.flatnonzero(x == NUMBER0)
         index[zero] = rng.integers(0, zero_columns, len(zero))
         index += x * np.int64(len(table) // (NUMBER0 + self.p))
         pieces = table.take(index).view(np.uint8).reshape(-1, 4)
-        context = _LEFT_CONTEXT.take(around[:, 0])
-        context |= _RIGHT_CONTEXT.take(around[:, 2])
+        context = _LEFT_CONTEXT.take(left)
+        context |= _RIGHT_CONTEXT.take(right)
         context &= pieces[:, 3]
         return pieces[:, 0], pieces[:, 1], pieces[:, 2], context != 0
 
