@@ -108,12 +108,11 @@ class Arithmetic(CotTask):
         """One sample per entry of ``operators`` with that many operators; a sample whose CoT is longer than
         the cap is drawn again with the same count, in place. Rows are as wide as the longest kept."""
         caps = np.array([self.cot_cap(k) for k in range(int(operators.max(initial=0)) + 1)])
-        for k in np.unique(operators):
-            self._check_cap(int(k))
-        rows, prompts, cot_lengths = self._capped_rows(operators, rng)
+        self._check_cap(int(operators.max(initial=0)))  # an integer cap fails first at the most operators
+        rows, prompts, cot_lengths = self._drawn_rows(operators, rng)
         redraw = np.flatnonzero(cot_lengths > caps[operators])
         while redraw.size:
-            more, more_prompts, more_cot_lengths = self._capped_rows(operators[redraw], rng)
+            more, more_prompts, more_cot_lengths = self._drawn_rows(operators[redraw], rng)
             ok = more_cot_lengths <= caps[operators[redraw]]
             if more.shape[1] > rows.shape[1]:
                 rows = np.pad(rows, ((0, 0), (0, more.shape[1] - rows.shape[1])))
@@ -124,8 +123,8 @@ class Arithmetic(CotTask):
         width = int((prompts + 2 if self.direct else cot_lengths + 1).max(initial=1))
         return (rows if rows.shape[1] == width else rows[:, :width]), prompts
 
-    def _capped_rows(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``_expand``'s rows, prompt and CoT lengths, in the CoT order of ``order``."""
+    def _drawn_rows(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_expand``'s rows, prompt and CoT lengths, the CoT written in the order the ``order`` option names."""
         rows, prompts, cot_lengths = self._expand(operators, rng)
         if self.options.order == "leftmost" and not self.direct:
             rows = self._leftmost_rows(rows, prompts)
@@ -175,7 +174,8 @@ class Arithmetic(CotTask):
         for s in range(1, top + 1):
             m = int(active[s])
             if 4 * s + 2 > width:
-                work, width = _widened(work, width, 4 * min(top, s + WIDEN - 1) + 2, m), 4 * min(top, s + WIDEN - 1) + 2
+                wider = 4 * min(top, s + WIDEN - 1) + 2
+                work, width = _widened(work, width, wider, m), wider
             work, grow = self._step(work, width, m, leaves, s, rows_at[:m], rng)
             new = work[4:].reshape(m, width)
             lengths[:m] += grow
@@ -257,8 +257,8 @@ class Arithmetic(CotTask):
     def _expansion_table(self) -> tuple[np.ndarray, int, int]:
         """Row x token: the valid draws (a, op, free b) for number x as the tokens a, op, b and the contexts
         that bracket (a op b) (``_ALWAYS`` or ``_ADDITIVE`` bits) in the bytes of a little-endian int32, -1
-        after them; how many there are for x != 0 (4p^2 - 2p, the same for
-        every x) and for x = 0 (3p^2 + p - 1). A draw over (a, op, free) is valid where the reference keeps it."""
+        after them; how many there are for x != 0 (4p^2 - 2p, the same for every x) and for x = 0
+        (3p^2 + p - 1). A draw over (a, op, free) is valid where the reference keeps it."""
         p = self.p
         x, free, sign, a = np.meshgrid(np.arange(p), np.arange(p), np.arange(4), np.arange(p), indexing="ij")
         inverse = self.inverse

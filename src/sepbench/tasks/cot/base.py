@@ -240,15 +240,15 @@ class CotTask(Task):
                 new = ~((at < len(seen)) & (seen[np.minimum(at, len(seen) - 1)] == unique)) if len(seen) else np.ones(len(unique), bool)
                 fresh = np.sort(first[new])[: n - filled]
                 stale = 0 if len(fresh) else stale + 1
-                block = np.zeros((len(fresh), width), self.token_dtype)
-                block[:, : rows.shape[1]] = rows.take(fresh, axis=0)
+                block = rows.take(fresh, axis=0)
                 columns = np.flatnonzero(np.bitwise_or.reduce(block, axis=0))
                 used = max(used, int(columns[-1]) + 1 if columns.size else 1)
                 to = place[filled : filled + len(fresh)]
-                tokens[to] = block
+                tokens[to, : block.shape[1]] = block
                 prompts[to] = row_prompts[fresh]
                 filled += len(fresh)
-                seen = np.insert(seen, np.searchsorted(seen, np.sort(hashes[fresh])), np.sort(hashes[fresh]))
+                added = np.sort(hashes[fresh])
+                seen = np.insert(seen, np.searchsorted(seen, added), added)
         if filled < n:
             raise ValueError(f"{type(self).__name__} at size {self.length} has fewer than {n} distinct samples")
         return Rows(_narrowed(tokens, used), prompts), seen
