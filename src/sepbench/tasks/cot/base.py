@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sepbench.tasks.base import Batch, Task
+from sepbench.tasks.cot.distinct import SeenRows
 
 PAD, EOS = 0, 2
 
@@ -20,52 +21,6 @@ PAD, EOS = 0, 2
 class CotOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["cot", "direct"] = Field("cot", description="cot: prompt, CoT, answer; direct: prompt, answer")
-
-
-def compact(values: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pack the kept entries of each row to the left, padding with PAD; returns (rows, lengths)."""
-    target = np.cumsum(keep, axis=1) - 1
-    lengths = target[:, -1] + 1
-    trash = max(1, int(lengths.max(initial=0)))
-    out = np.full((values.shape[0], trash + 1), PAD, dtype=np.int64)
-    np.put_along_axis(out, np.where(keep, target, trash), values, axis=1)
-    return out[:, :trash], lengths
-
-
-_SALTS = np.random.default_rng(12345).integers(0, 2**63, size=4096, dtype=np.uint64) * np.uint64(2)
-
-
-def _mix(words: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place: a bijection of uint64 that spreads every input bit."""
-    words ^= words >> np.uint64(33)
-    words *= np.uint64(0xFF51AFD7ED558CCD)
-    words ^= words >> np.uint64(33)
-    words *= np.uint64(0xC4CEB9FE1A85EC53)
-    words ^= words >> np.uint64(33)
-    return words
-
-
-_SALTS_MIXED = _mix(_SALTS.copy())
-
-
-def row_hashes(rows: np.ndarray, block: int = 32) -> np.ndarray:
-    """A 64-bit hash per row: its bytes in 8-byte words, each salted by its place and mixed, summed (mod 2^64)
-    less the mixed salts, so all-zero words (trailing PAD) add nothing; equal rows (of one dtype) collide,
-    distinct ones almost never."""
-    rows = np.ascontiguousarray(rows)
-    n, size = rows.shape[0], rows.shape[1] * rows.itemsize
-    data = rows.view(np.uint8).reshape(n, size)
-    if size % 8:
-        data = np.zeros((n, size + 8 - size % 8), np.uint8)
-        data[:, :size] = rows.view(np.uint8).reshape(n, size)
-    words = data.view(np.uint64)
-    out = np.zeros(n, np.uint64)
-    for start in range(0, words.shape[1], block):
-        part = words[:, start : start + block]
-        part = _mix(part ^ _SALTS[start : start + part.shape[1]])
-        part -= _SALTS_MIXED[start : start + part.shape[1]]
-        out += part.sum(axis=1, dtype=np.uint64)
-    return out
 
 
 def _narrowed(rows: np.ndarray, width: int, block: int = 1 << 16) -> np.ndarray:
@@ -203,12 +158,13 @@ class CotTask(Task):
         """A materialised data set as the reference builds it: ``n_train`` distinct training rows, then
         ``n_test`` distinct test rows none of which equals a training row (compared on the whole sequence).
 
-        Rows are drawn in chunks, stored in the narrowest unsigned dtype and deduplicated by a 64-bit hash
-        of each row (equal rows always collide; two distinct rows share a hash with chance ~2^-54, which
-        only drops one of them), so memory is the data set plus one chunk.
+        Rows are drawn in chunks, stored in the narrowest unsigned dtype and deduplicated by 64-bit hashes
+        (``SeenRows``: equal rows always collide; two distinct rows are taken for one with chance ~2^-64,
+        which only drops one of them), so memory is the data set plus one chunk.
         """
-        train, seen = self._distinct(n_train, rng, self.split_stages(n_train), np.zeros(0, np.uint64))
-        test, _ = self._distinct(n_test, rng, [(None, "test")], seen)
+        seen = SeenRows(n_train + n_test)
+        train = self._distinct(n_train, rng, self.split_stages(n_train), seen)
+        test = self._distinct(n_test, rng, [(None, "test")], seen)
         return train, test
 
     def split_stages(self, n_train: int) -> list[tuple[int | None, object]]:
@@ -220,12 +176,14 @@ class CotTask(Task):
         return self.generate_rows(n, rng, train=stage == "train")
 
     def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],
-                  exclude: np.ndarray) -> tuple["Rows", np.ndarray]:
+                  seen: SeenRows) -> "Rows":
+        """``n`` rows, drawn stage by stage, that equal neither each other nor a row ``seen`` holds; they are
+        added to ``seen`` as its last store."""
         width = self.max_seq_len() + 1
         tokens = np.full((n, width), PAD, self.token_dtype)  # touched in order first: faster than by scattered rows
         prompts = np.zeros(n, np.int32)
         place = rng.permutation(n)  # the i-th distinct row lands at place[i], so the set comes out shuffled
-        seen, filled, used = exclude, 0, 1
+        store, filled, used = seen.attach(tokens), 0, 1
         chunk = int(np.clip(8_000_000 // width, 1024, 50_000))
         for draws, stage in stages:
             left, stale = draws, 0
@@ -234,24 +192,20 @@ class CotTask(Task):
                 rows, row_prompts = self.stage_rows(size, rng, stage)
                 rows = rows.astype(self.token_dtype, copy=False)
                 left = None if left is None else left - size
-                hashes = row_hashes(rows)
-                unique, first = np.unique(hashes, return_index=True)
-                at = np.searchsorted(seen, unique)
-                new = ~((at < len(seen)) & (seen[np.minimum(at, len(seen) - 1)] == unique)) if len(seen) else np.ones(len(unique), bool)
-                fresh = np.sort(first[new])[: n - filled]
+                to = place[filled:]
+                fresh = seen.keep(rows, to)
                 stale = 0 if len(fresh) else stale + 1
-                block = rows.take(fresh, axis=0)
+                block = rows if len(fresh) == len(rows) else rows.take(fresh, axis=0)
                 columns = np.flatnonzero(np.bitwise_or.reduce(block, axis=0))
                 used = max(used, int(columns[-1]) + 1 if columns.size else 1)
-                to = place[filled : filled + len(fresh)]
-                tokens[to, : block.shape[1]] = block
-                prompts[to] = row_prompts[fresh]
+                tokens[to[: len(fresh)], : block.shape[1]] = block
+                prompts[to[: len(fresh)]] = row_prompts[fresh]
                 filled += len(fresh)
-                added = np.sort(hashes[fresh])
-                seen = np.insert(seen, np.searchsorted(seen, added), added)
         if filled < n:
             raise ValueError(f"{type(self).__name__} at size {self.length} has fewer than {n} distinct samples")
-        return Rows(_narrowed(tokens, used), prompts), seen
+        rows = Rows(_narrowed(tokens, used), prompts)
+        seen.replace(store, rows.tokens)
+        return rows
 
     def reference_answer(self, inputs: Sequence[int]) -> list[int]:
         tokens = [int(t) for t in inputs]

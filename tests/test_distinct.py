@@ -1,0 +1,79 @@
+"""SeenRows: the first distinct rows in draw order, across chunks and stores, whatever their prefixes share."""
+import numpy as np
+import pytest
+
+from sepbench.tasks.cot.distinct import PREFIX_BYTES, SeenRows, row_hashes
+
+
+def patterns(rng: np.random.Generator, width: int, dtype: type, shared_prefix: bool) -> np.ndarray:
+    """60 distinct PAD-padded rows to draw from (so most draws repeat one); with ``shared_prefix`` all start
+    with the same ``PREFIX_BYTES`` bytes, so only their tails tell them apart."""
+    table = rng.integers(1, 4, (300, width)).astype(dtype)
+    table[np.arange(width)[None, :] >= rng.integers(width - 3, width + 1, len(table))[:, None]] = 0
+    if shared_prefix:
+        table[:, : PREFIX_BYTES // table.itemsize] = 1
+    table = np.unique(table, axis=0)[:60]
+    return table[rng.permutation(60)]
+
+
+def first_distinct(chunks: list[np.ndarray], limits: list[int], known: set) -> list[list[int]]:
+    """Plain-Python restatement: per chunk, the indices of its first ``limit`` rows not seen before."""
+    out = []
+    for rows, limit in zip(chunks, limits):
+        kept = []
+        for i, row in enumerate(rows):
+            key = tuple(row[row != 0].tolist())
+            if key not in known and len(kept) < limit:
+                known.add(key)
+                kept.append(i)
+        out.append(kept)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_seen_rows_keeps_the_first_distinct_rows_of_each_chunk(dtype, shared_prefix):
+    rng = np.random.default_rng(0)
+    width = PREFIX_BYTES // np.dtype(dtype).itemsize + 6
+    table = patterns(rng, width, dtype, shared_prefix)
+    chunks = [table[rng.integers(0, 45, 300)] for _ in range(3)] + [table[rng.integers(0, 60, 300)]]
+    limits = [1000, 1000, 1000, 20]
+    expected = first_distinct(chunks[:3], limits[:3], set())
+    expected_test = first_distinct(chunks[3:], limits[3:], {tuple(chunks[c][i][chunks[c][i] != 0].tolist())
+                                                            for c in range(3) for i in expected[c]})
+    seen = SeenRows(4000)
+    train = np.zeros((3000, width), dtype)
+    seen.attach(train)
+    filled = 0
+    for rows, limit, want in zip(chunks[:3], limits[:3], expected):
+        fresh = seen.keep(rows, np.arange(filled, filled + limit))
+        assert fresh.tolist() == want
+        train[filled : filled + len(fresh)] = rows[fresh]
+        filled += len(fresh)
+    assert filled == 45  # the chunks repeat rows: the lookup of stored rows is exercised
+    seen.replace(0, train[:filled].copy())  # the same rows in another array, as a narrowed set is
+    test = np.zeros((20, width), dtype)
+    seen.attach(test)
+    assert seen.keep(chunks[3], np.arange(20)).tolist() == expected_test[0]
+
+
+def test_seen_rows_fast_path_records_every_kept_row():
+    """Distinct rows with distinct prefixes are kept without whole-row hashes, and still found again later."""
+    rng = np.random.default_rng(1)
+    rows = rng.integers(1, 250, (500, 100)).astype(np.uint8)
+    seen = SeenRows(1000)
+    store = np.zeros((1000, 100), np.uint8)
+    seen.attach(store)
+    places = rng.permutation(1000)
+    assert seen.keep(rows, places).tolist() == list(range(500))
+    store[places[:500]] = rows
+    again = np.concatenate([rows[::7], rng.integers(1, 250, (10, 100)).astype(np.uint8)])
+    assert seen.keep(again, places[500:]).tolist() == list(range(len(rows[::7]), len(again)))
+
+
+def test_row_hashes_ignore_trailing_padding():
+    rows = np.random.default_rng(2).integers(1, 9, (50, 13)).astype(np.uint8)
+    wider = np.zeros((50, 40), np.uint8)
+    wider[:, :13] = rows
+    assert np.array_equal(row_hashes(rows), row_hashes(wider))
+    assert len(np.unique(row_hashes(rows))) == len({tuple(r) for r in rows.tolist()})
