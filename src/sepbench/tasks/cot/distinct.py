@@ -43,28 +43,31 @@ def row_hashes(rows: np.ndarray, block: int = 32) -> np.ndarray:
 
 
 class SeenRows:
-    """The rows kept so far, in one or more stores (token arrays, one row per kept row), indexed for lookup.
+    """The rows kept so far, in one or more stores (token arrays, one row per kept row), in a hash table.
 
-    Each entry packs the high bits of a row's prefix hash (``PREFIX_BYTES``) above the row's index across
-    the stores; entries are sorted. A drawn row whose prefix hash matches no entry and no other draw is new,
-    and the rest of it is never hashed; rows whose prefixes do match are told apart by hashes of the whole
-    rows, theirs and the stored ones they match. Equal rows are always found; two distinct rows are taken
-    for one only if both hashes collide (chance ~2^-64 per pair).
+    An entry packs the high bits of a row's prefix hash (of its first ``PREFIX_BYTES`` bytes) above 1 + the
+    row's index across the stores; entries live in an open-addressing table (linear probing, at most half
+    full) at the slot the top bits of the hash name. A drawn row whose prefix hash matches no entry and no
+    other draw is new, and the rest of it is never hashed; rows whose prefixes do match are told apart by
+    hashes of the whole rows, theirs and the stored ones they match. Equal rows are always found; two
+    distinct rows are taken for one only if both hashes collide (chance ~2^-64 per pair).
     """
 
     def __init__(self, capacity: int) -> None:
         """``capacity``: the most rows all stores will hold."""
-        self.bits = max(1, int(capacity).bit_length())
+        self.bits = max(1, int(capacity + 1).bit_length())
         self.index_mask = np.uint64((1 << self.bits) - 1)
-        self.entries = np.zeros(0, np.uint64)
+        slots = max(10, int(2 * capacity).bit_length())
+        self.shift = np.uint64(64 - slots)
+        self.table = np.zeros(1 << slots, np.uint64)
         self.stores: list[np.ndarray] = []
         self.bases: list[int] = []
 
     def attach(self, tokens: np.ndarray) -> int:
         """Add a store (rows are recorded into it by ``keep``); returns its index, to ``replace`` it later."""
         self.bases.append(self.bases[-1] + len(self.stores[-1]) if self.stores else 0)
-        if self.bases[-1] + len(tokens) > 1 << self.bits:
-            raise ValueError(f"SeenRows holds at most {1 << self.bits} rows")
+        if self.bases[-1] + len(tokens) >= 1 << self.bits:
+            raise ValueError(f"SeenRows holds fewer than {1 << self.bits} rows")
         self.stores.append(tokens)
         return len(self.stores) - 1
 
@@ -76,34 +79,47 @@ class SeenRows:
         """Ascending indices of the first ``len(places)`` rows that equal no stored row and no earlier row
         of ``rows``; they are recorded as the rows at ``places`` of the last store (the caller puts them there)."""
         keys = row_hashes(rows[:, : max(1, PREFIX_BYTES // rows.itemsize)]) & ~self.index_mask
-        order = np.argsort(keys)
-        ordered = keys.take(order)
-        at = np.searchsorted(self.entries, ordered)
-        clash = bool((ordered[1:] == ordered[:-1]).any())
-        if len(self.entries) and not clash:
-            clash = bool(((self.entries.take(np.minimum(at, len(self.entries) - 1)) & ~self.index_mask) == ordered).any())
-        base = np.uint64(self.bases[-1])
-        if not clash:
+        ordered = np.sort(keys)
+        if (ordered[1:] == ordered[:-1]).any() or self._matches(keys, every=False).size:
+            fresh = self._unmatched_whole(rows, keys)[: len(places)]
+        else:
             fresh = np.arange(min(len(rows), len(places)))
-            kept = order < len(fresh)
-            order, ordered, at = order[kept], ordered[kept], at[kept]
-            self.entries = np.insert(self.entries, at, ordered | (base + places.take(order).astype(np.uint64)))
-            return fresh
-        fresh = self._unmatched_whole(rows, keys)[: len(places)]
-        added = np.sort(keys.take(fresh) | (base + places[: len(fresh)].astype(np.uint64)))
-        self.entries = np.insert(self.entries, np.searchsorted(self.entries, added), added)
+        self._insert(keys.take(fresh) | (np.uint64(self.bases[-1] + 1) + places[: len(fresh)].astype(np.uint64)))
         return fresh
 
     def _unmatched_whole(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Ascending indices of the first occurrences, by whole-row hash, of rows equal to no stored row
         that shares their prefix hash."""
         whole = row_hashes(rows)
-        low = np.searchsorted(self.entries, keys)
-        high = np.searchsorted(self.entries, keys | self.index_mask, side="right")
-        matched = np.unique(self.entries.take(_ranges(low, high)) & self.index_mask)
+        matched = np.unique(self._matches(keys, every=True) & self.index_mask).astype(np.int64) - 1
         unique, first = np.unique(whole, return_index=True)
         new = ~np.isin(unique, row_hashes(self._rows(matched)))
         return np.sort(first[new])
+
+    def _matches(self, keys: np.ndarray, every: bool) -> np.ndarray:
+        """Entries whose prefix hash is one of ``keys``: all of them with ``every``, else at most one a key."""
+        last = len(self.table) - 1
+        at = (keys >> self.shift).astype(np.int64)
+        todo = np.arange(len(keys))
+        found = []
+        while todo.size:
+            entry = self.table.take(at)
+            hit = ((entry & ~self.index_mask) == keys.take(todo)) & (entry != 0)
+            found.append(entry[hit])
+            go = entry != 0 if every else (entry != 0) & ~hit
+            todo, at = todo[go], (at[go] + 1) & last
+        return np.concatenate(found)
+
+    def _insert(self, entries: np.ndarray) -> None:
+        """Each entry into the first free slot from its own (several may race for one: one of them wins it)."""
+        last = len(self.table) - 1
+        at = (entries >> self.shift).astype(np.int64)
+        while entries.size:
+            free = self.table.take(at) == 0
+            self.table[at[free]] = entries[free]
+            placed = free & (self.table.take(at) == entries)
+            at = np.where(free, at, (at + 1) & last)[~placed]
+            entries = entries[~placed]
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """The stored rows at global ``index``, zero-padded to the widest store."""
@@ -114,10 +130,3 @@ class SeenRows:
             here = np.flatnonzero(store == s)
             out[here, : tokens.shape[1]] = tokens.take(index[here].astype(np.int64) - base, axis=0)
         return out
-
-
-def _ranges(low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(low[i], high[i])`` over i."""
-    counts = high - low
-    offsets = np.cumsum(counts) - counts
-    return np.repeat(low - offsets, counts) + np.arange(int(counts.sum()))
