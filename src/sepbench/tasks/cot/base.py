@@ -195,9 +195,13 @@ class CotTask(Task):
                 to = place[filled:]
                 fresh = seen.keep(rows, to)
                 stale = 0 if len(fresh) else stale + 1
-                block = rows if len(fresh) == len(rows) else rows.take(fresh, axis=0)
-                columns = np.flatnonzero(np.bitwise_or.reduce(block, axis=0))
-                used = max(used, int(columns[-1]) + 1 if columns.size else 1)
+                if len(fresh) == len(rows):  # generated rows are as wide as the longest of them
+                    block, width_used = rows, rows.shape[1]
+                else:
+                    block = rows.take(fresh, axis=0)
+                    columns = np.flatnonzero(np.bitwise_or.reduce(block, axis=0))
+                    width_used = int(columns[-1]) + 1 if columns.size else 1
+                used = max(used, width_used)
                 tokens[to[: len(fresh)], : block.shape[1]] = block
                 prompts[to[: len(fresh)]] = row_prompts[fresh]
                 filled += len(fresh)
