@@ -134,21 +134,27 @@ class Arithmetic(CotTask):
     def _expand(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``_expand_chunk`` over blocks of rows small enough that its temporaries stay in cache. The rows are
         expanded in non-increasing operator order, so that each block has few distinct counts (each count
-        costs a round of numpy calls on the block), and put back where they belong."""
-        order = np.argsort(-operators.astype(np.int16), kind="stable")
-        parts = [(index, self._expand_chunk(operators[index], rng))
-                 for index in np.split(order, range(EXPAND_CHUNK, len(order), EXPAND_CHUNK))]
-        rows = np.zeros((len(operators), max((part[0].shape[1] for _, part in parts), default=0)), self.token_dtype)
+        costs a round of numpy calls on the block), and put back where they belong: written in place when
+        the block is a run of rows, as when every count is the same. Rows are as wide as the longest
+        possible sample (trimmed by the caller)."""
+        top = int(operators.max(initial=0))
+        width = (4 * top + 4) if self.direct else 2 * top * top + 2 * top + 2
+        rows = np.zeros((len(operators), width), self.token_dtype)
         prompts, cot_lengths = np.empty(len(operators), np.int64), np.empty(len(operators), np.int64)
-        for index, (part_rows, part_prompts, part_cot_lengths) in parts:
-            if (np.diff(index) == 1).all():  # a run, as when every count is the same: a slice copies faster
+        order = np.argsort(-operators.astype(np.int16), kind="stable")
+        for index in np.split(order, range(EXPAND_CHUNK, len(order), EXPAND_CHUNK)):
+            run = (np.diff(index) == 1).all()
+            if run:
                 index = slice(index[0], index[-1] + 1)
-            rows[index, : part_rows.shape[1]] = part_rows
-            prompts[index], cot_lengths[index] = part_prompts, part_cot_lengths
+            out = rows[index] if run else np.zeros((len(index), width), self.token_dtype)
+            prompts[index], cot_lengths[index] = self._expand_chunk(operators[index], rng, out)
+            if not run:
+                rows[index] = out
         return rows, prompts, cot_lengths
 
-    def _expand_chunk(self, operators: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Samples with ``operators[i]`` operators (non-increasing): rows, prompt lengths and CoT lengths.
+    def _expand_chunk(self, operators: np.ndarray, rng: np.random.Generator, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Samples with ``operators[i]`` operators (non-increasing), written into the rows of ``out`` (zeros, at
+        least as wide as the longest possible sample, an even number of tokens); their prompt and CoT lengths.
 
         Expansion s acts on the samples with at least s operators, a prefix. The current expressions, each
         followed by ``=``, are rows of one width in a flat array after 4 PAD tokens, so that the rows shifted
@@ -169,7 +175,7 @@ class Arithmetic(CotTask):
         if self.direct:
             final[:, :width] = work[4:].reshape(n, width)
         offsets = np.cumsum([0] + [4 * s + 2 for s in range(top, 0, -1)])[::-1]  # slot s starts at offsets[s]
-        buffer = np.zeros((n, 0 if self.direct else offsets[0] + 2), self.token_dtype)
+        buffer = np.empty((n, 0 if self.direct else offsets[0] + 2), self.token_dtype)  # each row's slots are all written
         if not self.direct:
             buffer[:, offsets[0]], buffer[:, offsets[0] + 1] = first, EOS
         rows_at = np.arange(n, dtype=np.int64)
@@ -187,20 +193,19 @@ class Arithmetic(CotTask):
             else:
                 buffer[:m, offsets[s] : offsets[s] + 4 * s + 2] = new[:, : 4 * s + 2]
         if self.direct:
-            rows = np.zeros((n, 4 * top + 4), self.token_dtype)
-            rows[:, : 4 * top + 1] = final[:, : 4 * top + 1]
+            out[:, : 4 * top + 1] = final[:, : 4 * top + 1]
             index = np.arange(n)
-            rows[index, lengths], rows[index, lengths + 1], rows[index, lengths + 2] = EQUALS, first, EOS
-            return rows[:, : int(lengths.max(initial=0)) + 3], lengths + 1, total + operators
+            out[index, lengths], out[index, lengths + 1], out[index, lengths + 2] = EQUALS, first, EOS
+            return lengths + 1, total + operators
         used = total + operators + 1
-        rows = np.zeros((n, int(used.max(initial=0)) // 2), np.uint16)
+        rows = out.view(np.uint16)[:, : int(used.max(initial=0)) // 2]
         tri = np.tri(rows.shape[1] + 1, rows.shape[1], -1, bool)
         words = buffer.view(np.uint16)
         for k in np.unique(operators):
             lo, hi = int(active[k + 1]), int(active[k])
             block = words[lo:hi, offsets[k] // 2 :]
             rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = block[block != 0]  # 2x np.compress of a copy
-        return rows.view(self.token_dtype), lengths + 1, total + operators
+        return lengths + 1, total + operators
 
     def _step(self, work: np.ndarray, width: int, m: int, leaves: np.ndarray, s: int, rows: np.ndarray,
               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
