@@ -248,13 +248,16 @@ class Arithmetic(CotTask):
         and op uniformly and solves for b; an invalid draw (a = 0 under * or /, a zero divisor) redraws a
         and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly. That is a uniform draw
         over the valid (a, op, free b) of the reference's grid: a uniform one of the first ``columns`` of
-        row x of ``_expansion_table`` (``zero_columns`` where x = 0)."""
+        row x of ``_expansion_table`` (``zero_columns`` where x = 0: a draw past them, -1, is drawn again
+        among them)."""
         table, columns, zero_columns = self._expansion_table
+        row = np.int64(len(table) // (NUMBER0 + self.p))
         index = rng.integers(0, columns, len(x))
-        zero = np.flatnonzero(x == NUMBER0)
-        index[zero] = rng.integers(0, zero_columns, len(zero))
-        index += x * np.int64(len(table) // (NUMBER0 + self.p))
-        pieces = table.take(index).view(np.uint8).reshape(-1, 4)
+        index += x * row
+        packed = table.take(index)
+        again = np.flatnonzero(packed < 0)
+        packed[again] = table.take(NUMBER0 * row + rng.integers(0, zero_columns, len(again)))
+        pieces = packed.view(np.uint8).reshape(-1, 4)
         context = _LEFT_CONTEXT.take(left)
         context |= _RIGHT_CONTEXT.take(right)
         context &= pieces[:, 3]
