@@ -35,10 +35,11 @@ def row_hashes(rows: np.ndarray, block: int = 32) -> np.ndarray:
     words = data.view(np.uint64)
     out = np.zeros(n, np.uint64)
     for start in range(0, words.shape[1], block):
-        part = words[:, start : start + block]
-        part = _mix(part ^ _SALTS[start : start + part.shape[1]])
-        part -= _SALTS_MIXED[start : start + part.shape[1]]
-        out += part.sum(axis=1, dtype=np.uint64)
+        part = np.ascontiguousarray(words[:, start : start + block].T)  # summing whole rows of it is fast
+        part ^= _SALTS[start : start + len(part), None]
+        _mix(part)
+        part -= _SALTS_MIXED[start : start + len(part), None]
+        out += part.sum(axis=0, dtype=np.uint64)
     return out
 
 
