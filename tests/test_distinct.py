@@ -69,6 +69,7 @@ def test_seen_rows_fast_path_records_every_kept_row():
     store[places[:500]] = rows
     again = np.concatenate([rows[::7], rng.integers(1, 250, (10, 100)).astype(np.uint8)])
     assert seen.keep(again, places[500:]).tolist() == list(range(len(rows[::7]), len(again)))
+    assert seen.keep(rows[:0], places[510:]).size == 0
 
 
 def test_row_hashes_ignore_trailing_padding():

@@ -102,7 +102,7 @@ class SeenRows:
         last = len(self.table) - 1
         at = (keys >> self.shift).astype(np.int64)
         todo = np.arange(len(keys))
-        found = []
+        found = [np.zeros(0, np.uint64)]
         while todo.size:
             entry = self.table.take(at)
             hit = ((entry & ~self.index_mask) == keys.take(todo)) & (entry != 0)
