@@ -308,3 +308,23 @@ def test_arithmetic_cap_below_every_cot_is_refused():
     task = build_task("arithmetic", 6, {"max_cot": 60})
     with pytest.raises(ValueError, match="with 8 operators"):
         task.generate_rows(10, np.random.default_rng(0), length=8)
+
+
+def test_arithmetic_of_no_rows():
+    for options in (None, {"mode": "direct"}, {"order": "leftmost"}):
+        rows, prompts = build_task("arithmetic", 4, options).generate_rows(0, np.random.default_rng(0))
+        assert len(rows) == len(prompts) == 0
+
+
+@pytest.mark.parametrize("modulus", [2, 3])
+def test_arithmetic_draws_every_expansion_of_each_number(modulus):
+    """Each x -> (a op b) the reference can draw, we draw (for p = 2, x = 0 has more valid draws than x != 0)."""
+    from sepbench.tasks.cot import reference
+    import random
+
+    task = build_task("arithmetic", 1, {"modulus": modulus})
+    rows, _ = task.generate_rows(20000, np.random.default_rng(0))
+    ours = {(int(r[-2]), tuple(int(t) for t in r[:3])) for r in rows}
+    draw = random.Random(0)
+    theirs = {(row[-2], tuple(row[:3])) for row in (reference.arithmetic_row(draw, 1, modulus) for _ in range(20000))}
+    assert ours == theirs

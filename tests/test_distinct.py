@@ -78,3 +78,24 @@ def test_row_hashes_ignore_trailing_padding():
     wider[:, :13] = rows
     assert np.array_equal(row_hashes(rows), row_hashes(wider))
     assert len(np.unique(row_hashes(rows))) == len({tuple(r) for r in rows.tolist()})
+
+
+@pytest.mark.parametrize("shape,dtype", [((1, 8), np.uint8), ((5, 8), np.uint8), ((1, 64), np.uint8), ((3, 4), np.uint16)])
+def test_row_hashes_leave_their_rows_alone(shape, dtype):
+    """One 8-byte word a row, or one row: the shapes where a transposed block is a view of the rows."""
+    rows = np.random.default_rng(3).integers(1, 200, shape).astype(dtype)
+    before = rows.copy()
+    row_hashes(rows)
+    assert np.array_equal(rows, before)
+
+
+@pytest.mark.parametrize("name,length,options,n_train", [("lis", 5, {"mode": "direct"}, 200), ("arithmetic", 3, None, 2),
+                                                          ("arithmetic", 10, None, 55)])
+def test_split_rows_are_the_rows_drawn(name, length, options, n_train):
+    """Splits whose chunks are one 8-byte word wide or a single row: every stored row is still a valid sample."""
+    from sepbench.tasks import build_task
+
+    task = build_task(name, length, options)
+    for rows in task.split_rows(n_train, 20, np.random.default_rng(0)):
+        for row in rows.tokens:
+            assert task.check_sequence([int(t) for t in row[: np.flatnonzero(row)[-1] + 1]]), row

@@ -142,7 +142,7 @@ class Arithmetic(CotTask):
         rows = np.zeros((len(operators), width), self.token_dtype)
         prompts, cot_lengths = np.empty(len(operators), np.int64), np.empty(len(operators), np.int64)
         order = np.argsort(-operators.astype(np.int16), kind="stable")
-        for index in np.split(order, range(EXPAND_CHUNK, len(order), EXPAND_CHUNK)):
+        for index in np.split(order, range(EXPAND_CHUNK, len(order), EXPAND_CHUNK)) if len(order) else []:
             run = (np.diff(index) == 1).all()
             if run:
                 index = slice(index[0], index[-1] + 1)
@@ -248,15 +248,17 @@ class Arithmetic(CotTask):
         and op uniformly and solves for b; an invalid draw (a = 0 under * or /, a zero divisor) redraws a
         and op, and where any b works (0 * b = 0, 0 / b = 0) b is drawn uniformly. That is a uniform draw
         over the valid (a, op, free b) of the reference's grid: a uniform one of the first ``columns`` of
-        row x of ``_expansion_table`` (``zero_columns`` where x = 0: a draw past them, -1, is drawn again
+        row x of ``_expansion_table`` (``zero_columns`` where x = 0; a draw past them, -1, is drawn again
         among them)."""
         table, columns, zero_columns = self._expansion_table
         row = np.int64(len(table) // (NUMBER0 + self.p))
-        index = rng.integers(0, columns, len(x))
+        index = rng.integers(0, max(columns, zero_columns), len(x))
         index += x * row
         packed = table.take(index)
-        again = np.flatnonzero(packed < 0)
-        packed[again] = table.take(NUMBER0 * row + rng.integers(0, zero_columns, len(again)))
+        again = np.flatnonzero(packed < 0)  # x = 0 only, but for p = 2, where x != 0 has fewer valid draws
+        zero = x.take(again) == NUMBER0
+        for redraw, valid in ((again[zero], zero_columns), (again[~zero], columns)):
+            packed[redraw] = table.take(x.take(redraw) * row + rng.integers(0, valid, len(redraw)))
         pieces = packed.view(np.uint8).reshape(-1, 4)
         context = _LEFT_CONTEXT.take(left)
         context |= _RIGHT_CONTEXT.take(right)

@@ -91,7 +91,8 @@ class CotTask(Task):
 
     @abstractmethod
     def _generate(self, n: int, rng: np.random.Generator, length: int, train: bool) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` samples as PAD-padded rows ending in <eos>, and each row's prompt length."""
+        """``n`` samples as PAD-padded rows ending in <eos>, as wide as the longest of them (the split relies on
+        it), and each row's prompt length."""
 
     @abstractmethod
     def solve(self, prompt: Sequence[int]) -> list[int]:
@@ -172,7 +173,7 @@ class CotTask(Task):
         return [(None, "train")]
 
     def stage_rows(self, n: int, rng: np.random.Generator, stage: object) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` rows of one stage of ``split_stages`` (or of the test set, stage 'test')."""
+        """``n`` rows of one stage of ``split_stages`` (or of the test set, stage 'test'), as wide as the longest."""
         return self.generate_rows(n, rng, train=stage == "train")
 
     def _distinct(self, n: int, rng: np.random.Generator, stages: list[tuple[int | None, object]],

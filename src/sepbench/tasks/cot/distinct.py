@@ -35,7 +35,7 @@ def row_hashes(rows: np.ndarray, block: int = 32) -> np.ndarray:
     words = data.view(np.uint64)
     out = np.zeros(n, np.uint64)
     for start in range(0, words.shape[1], block):
-        part = np.ascontiguousarray(words[:, start : start + block].T)  # summing whole rows of it is fast
+        part = words[:, start : start + block].T.copy()  # a copy (never a view of the rows), summed row by row
         part ^= _SALTS[start : start + len(part), None]
         _mix(part)
         part -= _SALTS_MIXED[start : start + len(part), None]
@@ -59,6 +59,8 @@ class SeenRows:
         self.bits = max(1, int(capacity + 1).bit_length())
         self.index_mask = np.uint64((1 << self.bits) - 1)
         slots = max(10, int(2 * capacity).bit_length())
+        if self.bits + slots > 64:
+            raise ValueError(f"SeenRows holds at most 2^30 rows, not {capacity}")
         self.shift = np.uint64(64 - slots)
         self.table = np.zeros(1 << slots, np.uint64)
         self.stores: list[np.ndarray] = []
