@@ -18,8 +18,9 @@ writing is not timed). MQAR is timed against zoology's ``multiquery_ar`` restate
 calls (per row, ``RandomState.choice(..., replace=False)`` for keys, for values and for the power-law query gaps;
 then the queries, labels and the random fill of non-query positions), vocab 8192, at ``input_seq_len = 4N``: rows
 as long as ours (N pairs, then N queries).
-Each ratio is measured ``--repeats`` times after one untimed call of each, ours and the reference in turn;
-min and median are printed.
+Each fresh and MQAR ratio is measured ``--repeats`` times after one untimed call of each, ours and the reference
+in turn; min and median are printed. The split's ratios are its slowest and median runs against the reference's
+median rate from those turns.
 Targets: split < 120 CPU s and < 4 GB at 1M; >= 20x the reference everywhere.
 """
 from __future__ import annotations

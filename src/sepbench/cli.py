@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from sepbench.store import Store
     from sepbench.sweep.pool import WorkerPool
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
-    from sepbench.train.result import RunResult
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -609,8 +608,7 @@ def sweep(
         _use_data_cache(data_cache)
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     db = Store(store)
-    finished: set[str] = set()
-    todo = None
+    todo = progress = None
     before: set[str] = set()
     try:
         with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
@@ -648,13 +646,9 @@ def sweep(
                                                           for r in halved if r.status == "failed"}}, "sweep")
                 return
             with SweepProgress(spec.name, len(todo.todo), err) as progress:
-                def advance(result: RunResult) -> None:
-                    finished.add(result.config_hash)
-                    progress.advance(result)
-
                 try:
                     outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
-                                        on_result=advance, reuse=reuse, group_size=group_size, pool=pool,
+                                        on_result=progress.advance, reuse=reuse, group_size=group_size, pool=pool,
                                         threads=threads)
                 except RuntimeError as problem:
                     err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
@@ -662,7 +656,8 @@ def sweep(
     except KeyboardInterrupt:
         total = len(todo.todo) if todo is not None else 0
         planned = {cfg.config_hash() for cfg in todo.todo} if todo is not None else set()
-        _interrupted(f"{len(_finished_runs(finished, before, db, planned))} of {total} runs finished", db.path)
+        reported = progress.finished if progress is not None else set()
+        _interrupted(f"{len(_finished_runs(reported, before, db, planned))} of {total} runs finished", db.path)
     failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",

@@ -71,7 +71,8 @@ class MQAR(Task):
         return Batch.from_numpy(inputs, targets, mask)
 
     def _write_packed(self, inputs: np.ndarray, pairs: int, rng: np.random.Generator) -> None:
-        """The same rows as the general path when every token fits 16 bits: each pair is one 32-bit word
+        """Rows drawn as the general path draws them (the same distribution, other random calls) when every
+        token fits 16 bits: each pair is one 32-bit word
         (key, value token), and the queries are the pairs sorted by 32 random bits above them, so the sort
         moves keys and values together and both halves are written from 16-bit views."""
         n = len(inputs)

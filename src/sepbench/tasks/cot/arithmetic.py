@@ -204,7 +204,7 @@ class Arithmetic(CotTask):
         for k in np.unique(operators):
             lo, hi = int(active[k + 1]), int(active[k])
             block = words[lo:hi, offsets[k] // 2 :]
-            rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = block[block != 0]  # 2x np.compress of a copy
+            rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = block[block != 0]
         return lengths + 1, total + operators
 
     def _step(self, work: np.ndarray, width: int, m: int, leaves: np.ndarray, s: int, rows: np.ndarray,
