@@ -72,6 +72,22 @@ def test_seen_rows_fast_path_records_every_kept_row():
     assert seen.keep(rows[:0], places[510:]).size == 0
 
 
+
+def test_seen_rows_take_back_a_partly_inserted_chunk():
+    """A chunk that repeats one of its own rows: the entries the one-pass insert placed before it met the
+    repeat are taken back, and the table ends as the distinct rows alone leave it."""
+    rng = np.random.default_rng(4)
+    rows = rng.integers(1, 250, (200, 70)).astype(np.uint8)
+    places = rng.permutation(300)
+    tables = []
+    for chunk in (np.concatenate([rows, rows[5:6]]), rows):
+        seen = SeenRows(300)
+        seen.attach(np.zeros((300, 70), np.uint8))
+        assert seen.keep(chunk, places).tolist() == list(range(200))
+        tables.append(seen.table)
+    assert np.count_nonzero(tables[0]) == 200
+    assert np.array_equal(tables[0], tables[1])
+
 def test_row_hashes_ignore_trailing_padding():
     rows = np.random.default_rng(2).integers(1, 9, (50, 13)).astype(np.uint8)
     wider = np.zeros((50, 40), np.uint8)

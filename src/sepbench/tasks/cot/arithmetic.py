@@ -216,10 +216,13 @@ class Arithmetic(CotTask):
         tokens after x are the row shifted by 2 or 4 tokens; the tokens before x are kept by a mask of 255s
         (``b ^ ((a ^ b) & mask)`` is a where the mask is set, else b)."""
         size = m * width
-        leaf = rng.integers(0, s, m, dtype=np.int64) * leaves.shape[1] + rows
-        at = leaves.ravel()[leaf]
-        where = rows * width + at + 4
-        a, op, b, bracket = self._expansions(work.take(where - 1), work.take(where), work.take(where + 1), rng)
+        leaf = rng.integers(0, s, m, dtype=np.int64)
+        leaf *= leaves.shape[1]
+        leaf += rows
+        at = leaves.ravel().take(leaf)
+        where = rows * width
+        where += at
+        a, op, b, bracket = self._expansions(work[3:].take(where), work[4:].take(where), work[5:].take(where), rng)
         wide = np.flatnonzero(bracket)
         new = np.empty(4 + size, work.dtype)
         new[:4] = PAD
@@ -229,15 +232,18 @@ class Arithmetic(CotTask):
         kept = np.bitwise_xor(work[4 : 4 + size].reshape(m, width), out)
         kept &= _before(width).take(at, axis=0)
         out ^= kept
+        body = new[4:]
         opened = where[wide]
-        new[opened], new[opened + 4] = OPEN, CLOSE
+        body[opened], body[4:][opened] = OPEN, CLOSE
         where += bracket
-        new[where], new[where + 1], new[where + 2] = a, op, b
+        body[where], body[1:][where], body[2:][where] = a, op, b
         grow = 2 + 2 * bracket.view(np.int8)
         later = leaves[:s, :m]
         later += (later > at) * grow
-        leaves.ravel()[leaf] = at + bracket
-        leaves[s, :m] = at + 2 + bracket
+        at += bracket
+        leaves.ravel()[leaf] = at
+        at += 2
+        leaves[s, :m] = at
         return new, grow
 
     def _expansions(self, left: np.ndarray, x: np.ndarray, right: np.ndarray,
@@ -258,7 +264,8 @@ class Arithmetic(CotTask):
         again = np.flatnonzero(packed < 0)  # x = 0 only, but for p = 2, where x != 0 has fewer valid draws
         zero = x.take(again) == NUMBER0
         for redraw, valid in ((again[zero], zero_columns), (again[~zero], columns)):
-            packed[redraw] = table.take(x.take(redraw) * row + rng.integers(0, valid, len(redraw)))
+            if redraw.size:
+                packed[redraw] = table.take(x.take(redraw) * row + rng.integers(0, valid, len(redraw)))
         pieces = packed.view(np.uint8).reshape(-1, 4)
         context = _LEFT_CONTEXT.take(left)
         context |= _RIGHT_CONTEXT.take(right)

@@ -82,25 +82,27 @@ class SeenRows:
         """Ascending indices of the first ``len(places)`` rows that equal no stored row and no earlier row
         of ``rows``; they are recorded as the rows at ``places`` of the last store (the caller puts them there)."""
         keys = row_hashes(rows[:, : max(1, PREFIX_BYTES // rows.itemsize)]) & ~self.index_mask
-        ordered = np.sort(keys)
-        if (ordered[1:] == ordered[:-1]).any() or self._matches(keys, every=False).size:
+        fresh = np.arange(min(len(rows), len(places)))
+        if not self._insert(self._entries(keys[: len(fresh)], places), unless_known=True):
             fresh = self._unmatched_whole(rows, keys)[: len(places)]
-        else:
-            fresh = np.arange(min(len(rows), len(places)))
-        self._insert(keys.take(fresh) | (np.uint64(self.bases[-1] + 1) + places[: len(fresh)].astype(np.uint64)))
+            self._insert(self._entries(keys.take(fresh), places))
         return fresh
+
+    def _entries(self, keys: np.ndarray, places: np.ndarray) -> np.ndarray:
+        """Table entries of rows with prefix hashes ``keys`` (index bits clear) at the first ``places`` of the last store."""
+        return keys | (np.uint64(self.bases[-1] + 1) + places[: len(keys)].astype(np.uint64))
 
     def _unmatched_whole(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Ascending indices of the first occurrences, by whole-row hash, of rows equal to no stored row
         that shares their prefix hash."""
         whole = row_hashes(rows)
-        matched = np.unique(self._matches(keys, every=True) & self.index_mask).astype(np.int64) - 1
+        matched = np.unique(self._matches(keys) & self.index_mask).astype(np.int64) - 1
         unique, first = np.unique(whole, return_index=True)
         new = ~np.isin(unique, row_hashes(self._rows(matched)))
         return np.sort(first[new])
 
-    def _matches(self, keys: np.ndarray, every: bool) -> np.ndarray:
-        """Entries whose prefix hash is one of ``keys``: all of them with ``every``, else at most one a key."""
+    def _matches(self, keys: np.ndarray) -> np.ndarray:
+        """The entries whose prefix hash is one of ``keys``."""
         last = len(self.table) - 1
         at = (keys >> self.shift).astype(np.int64)
         todo = np.arange(len(keys))
@@ -109,20 +111,32 @@ class SeenRows:
             entry = self.table.take(at)
             hit = ((entry & ~self.index_mask) == keys.take(todo)) & (entry != 0)
             found.append(entry[hit])
-            go = entry != 0 if every else (entry != 0) & ~hit
+            go = entry != 0
             todo, at = todo[go], (at[go] + 1) & last
         return np.concatenate(found)
 
-    def _insert(self, entries: np.ndarray) -> None:
-        """Each entry into the first free slot from its own (several may race for one: one of them wins it)."""
+    def _insert(self, entries: np.ndarray, unless_known: bool = False) -> bool:
+        """Each entry into the first free slot from its own (several may race for one: one of them wins it).
+        With ``unless_known``, an entry whose prefix hash is already in the table (stored, or another of
+        ``entries``) undoes the call: the table is left as it was and False returned."""
         last = len(self.table) - 1
         at = (entries >> self.shift).astype(np.int64)
+        keys = entries & ~self.index_mask
+        filled = []
         while entries.size:
-            free = self.table.take(at) == 0
+            current = self.table.take(at)
+            free = current == 0
+            if unless_known and ((current & ~self.index_mask) == keys)[~free].any():
+                if filled:
+                    self.table[np.concatenate(filled)] = 0  # these slots were empty, so no older probe ran through them
+                return False
             self.table[at[free]] = entries[free]
             placed = free & (self.table.take(at) == entries)
+            if unless_known:
+                filled.append(at[placed])
             at = np.where(free, at, (at + 1) & last)[~placed]
-            entries = entries[~placed]
+            entries, keys = entries[~placed], keys[~placed]
+        return True
 
     def _rows(self, index: np.ndarray) -> np.ndarray:
         """The stored rows at global ``index``, zero-padded to the widest store."""
