@@ -201,7 +201,7 @@ class Arithmetic(CotTask):
         rows = out.view(np.uint16)[:, : int(used.max(initial=0)) // 2]
         tri = np.tri(rows.shape[1] + 1, rows.shape[1], -1, bool)
         words = buffer.view(np.uint16)
-        for k in np.unique(operators):
+        for k in np.flatnonzero(active[:-1] > active[1:]):  # the counts present
             lo, hi = int(active[k + 1]), int(active[k])
             block = words[lo:hi, offsets[k] // 2 :]
             rows[lo:hi][tri.take(used[lo:hi] // 2, axis=0)] = block[block != 0]
