@@ -114,3 +114,19 @@ def test_lis_follows_the_reference():
     for (name, x), y in zip(statistics(a).items(), statistics(b).values()):
         assert chi_square_p(x, y) > ALPHA, name
         assert mean_p(x, y) > ALPHA, name
+
+
+@pytest.mark.parametrize("modulus", [11, 3])
+def test_arithmetic_text_form_is_the_same_samples(modulus):
+    """The published loop's form of the restatement (string tokens, table lookups, token-by-token inserts),
+    which the benchmark times, makes the same rows from the same draws, and the same data sets."""
+    task = build_task("arithmetic", 5, {"modulus": modulus})
+    ids = reference.sampler("arithmetic", 5, 7, {"modulus": modulus})
+    text = reference.sampler("arithmetic", 5, 7, {"modulus": modulus}, text=True)
+    for operators in [1, 2, 5] * 300:
+        assert ids(operators) == task.encode(" ".join(text(operators))) + [reference.EOS]
+    if modulus == 11:  # the sets the reference builds (its modulus is fixed there)
+        train, test = reference.split("arithmetic", 4, 400, 40, seed=3)
+        text_train, text_test = reference.split("arithmetic", 4, 400, 40, seed=3, text=True)
+        as_ids = lambda rows: {tuple(task.encode(" ".join(row)) + [reference.EOS]) for row in rows}  # noqa: E731
+        assert as_ids(text_train) == train and as_ids(text_test) == test

@@ -3,11 +3,13 @@
 The yardstick of the CoT distribution tests and of ``benchmarks/cot_generation.py``: the reference's draws in
 its order and from the same kinds of random source (Python ``random`` for arithmetic, one call of numpy's
 legacy ``RandomState`` per draw for edit distance and LIS), and its data sets (a Python set of whole rows
-filled to the train size, then test rows not in it). Rows are sepbench token ids ending in <eos>.
+filled to the train size, then test rows not in it). Rows are sepbench token ids ending in <eos>, but for
+``arithmetic_text_row``: the same arithmetic samples in the published loop's own form, which the benchmark times.
 """
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -44,6 +46,71 @@ def arithmetic_row(rng: random.Random, operators: int, p: int = 11) -> list[int]
     for e in reversed(history):
         row += e + [ar.EQUALS]
     return row[:-1] + [EOS]
+
+
+def arithmetic_text_row(rng: random.Random, operators: int, p: int = 11) -> list[str]:
+    """``arithmetic_row``'s sample from the same draws, built as the published loop builds it (arithmetic/data.py):
+    string tokens, a op b = x solved through p x p numpy tables, the expansion put in token by token, the
+    history joined by repeated list concatenation, no <eos>. The reference as it runs, for timing it."""
+    times, divide = _tables(p)
+    expr = [str(rng.randrange(p))]
+    history = [expr[:]]
+    for _ in range(operators):
+        at = rng.randint(0, len(expr) - 1)
+        while not expr[at].isdigit():
+            at = rng.randint(0, len(expr) - 1)
+        piece = _text_expansion(rng, int(expr[at]), p, times, divide)
+        left = expr[at - 1] if at > 0 else None
+        right = expr[at + 1] if at < len(expr) - 1 else None
+        if left == "/":
+            bracket = True
+        elif left == "*" or right in ("*", "/") or left == "-":
+            bracket = piece[2] in ("+", "-")
+        else:
+            bracket = False
+        del expr[at]
+        for token in reversed(piece if bracket else piece[1:-1]):
+            expr.insert(at, token)
+        history.append(expr[:])
+    row: list[str] = []
+    for step in reversed(history):
+        row = row + step + ["="]
+    return row[:-1]
+
+
+@lru_cache(maxsize=None)
+def _tables(p: int) -> tuple[np.ndarray, np.ndarray]:
+    """a * b mod p, and the b with a = x * b (row x, column a)."""
+    times = np.arange(p)[:, None] * np.arange(p)[None, :] % p
+    divide = np.zeros((p, p), np.int32)
+    for x in range(p):
+        a, b = np.nonzero(times == x)
+        divide[x, a] = b
+    return times, divide
+
+
+def _text_expansion(rng: random.Random, x: int, p: int, times: np.ndarray, divide: np.ndarray) -> list[str]:
+    """``_expansion``'s draws, solved through the tables: ['(', a, op, b, ')'] as strings."""
+    while True:
+        a = rng.randrange(p)
+        op = rng.choice("+-*/")
+        if op == "+":
+            b = (x - a) % p
+        elif op == "-":
+            b = (a - x) % p
+        elif op == "*":
+            if a == 0 and x != 0:
+                continue
+            b = rng.randrange(p) if a == 0 else divide[x, a]
+        elif x == 0 and a == 0:
+            b = rng.randrange(p)
+            if b == 0:
+                continue
+        elif x == 0 or a == 0:
+            continue
+        else:
+            b = divide[a, x]
+        return ["(", str(a), op, str(b), ")"]
 
 
 def _expansion(rng: random.Random, x: int, p: int) -> tuple[int, int, int]:
@@ -134,13 +201,18 @@ def lis_row(rng: np.random.RandomState, length: int, number_range: int) -> list[
             + [lis.SEP, lis.NUMBER0 + max(dp), EOS])
 
 
-def sampler(name: str, length: int, seed: int, options: dict | None = None) -> Callable[[int], list[int]]:
-    """``draw(operators_or_none)`` for a task, seeded as the reference seeds it (its own random source)."""
+def sampler(name: str, length: int, seed: int, options: dict | None = None,
+            text: bool = False) -> Callable[[int], list]:
+    """``draw(operators_or_none)`` for a task, seeded as the reference seeds it (its own random source); with
+    ``text``, arithmetic rows in the published loop's form (``arithmetic_text_row``)."""
     options = options or {}
     if name == "arithmetic":
         python_rng = random.Random(seed)
         p = options.get("modulus", 11)
-        return lambda operators=None: arithmetic_row(python_rng, operators or length, p)
+        row = arithmetic_text_row if text else arithmetic_row
+        return lambda operators=None: row(python_rng, operators or length, p)
+    if text:
+        raise ValueError(f"the published form is restated for arithmetic only, not {name!r}")
     numpy_rng = np.random.RandomState(seed)
     if name == "edit_distance":
         return lambda _=None: edit_distance_row(numpy_rng, length, options.get("letters", 8))
@@ -151,19 +223,19 @@ def sampler(name: str, length: int, seed: int, options: dict | None = None) -> C
 
 
 def split(name: str, length: int, n_train: int, n_test: int, seed: int = 2023,
-          under: bool = True) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
+          under: bool = True, text: bool = False) -> tuple[set[tuple], set[tuple]]:
     """The reference's data sets: ``under`` first adds int(n_train k / sum(1..n)) draws with k operators for
     every k (arithmetic only), then n-operator rows until ``n_train`` distinct; then ``n_test`` distinct
-    rows that are not in the training set."""
-    draw = sampler(name, length, seed)
-    train: set[tuple[int, ...]] = set()
+    rows that are not in the training set. ``text``: as ``sampler``."""
+    draw = sampler(name, length, seed, text=text)
+    train: set[tuple] = set()
     if name == "arithmetic" and under:
         for k in range(1, length + 1):
             for _ in range(int(n_train * k / (length * (length + 1) / 2))):
                 train.add(tuple(draw(k)))
     while len(train) < n_train:
         train.add(tuple(draw()))
-    test: set[tuple[int, ...]] = set()
+    test: set[tuple] = set()
     while len(test) < n_test:
         row = tuple(draw())
         if row not in train:
