@@ -13,16 +13,16 @@ For each CoT task at the paper's largest size:
   would slow the timed runs); and the reference's rows per CPU second building the same two sets (their sampling
   + Python-set dedup, the same train : test counts, scaled from a smaller run), timed in turn with the runs after
   the first.
-The reference is timed through ``sepbench.tasks.cot.reference``, a plain-Python restatement of Feng et al.'s
-loops with the same kinds of random calls (Python ``random`` per draw for arithmetic, numpy ``RandomState`` per
-draw for ED and LIS), one sample at a time, rows kept as tuples in a set as the reference keeps them (its file
-writing is not timed). Arithmetic's is timed in the published loop's own form (``arithmetic_text_row``: string
-tokens, x and / solved through numpy tables, token-by-token inserts, the history joined by list concatenation;
-the same rows from the same draws), and again, on the line below it, with tokens as ints joined in linear
-time (``arithmetic_row``, ~1.5x faster than the published loop). MQAR is timed against zoology's ``multiquery_ar`` restated whole with the same random
-calls (per row, ``RandomState.choice(..., replace=False)`` for keys, for values and for the power-law query gaps;
-then the queries, labels and the random fill of non-query positions), vocab 8192, at ``input_seq_len = 4N``: rows
-as long as ours (N pairs, then N queries).
+The reference is timed through ``sepbench.tasks.cot.reference``, a plain-Python restatement of Feng et al.'s loops
+with the same kinds of random calls (Python ``random`` per draw for arithmetic, numpy ``RandomState`` per draw for
+ED and LIS), one sample at a time, rows kept as tuples in a set as the reference keeps them (its file writing is
+not timed). Arithmetic's is timed in the published loop's own form (``arithmetic_text_row``: string tokens,
+products and quotients looked up in a numpy table, each expansion put in token by token, the history joined by
+list concatenation; the same rows from the same draws), and again, on the line below it, with tokens as ints
+joined in linear time (``arithmetic_row``, ~1.5x faster than the published loop). MQAR is timed against zoology's
+``multiquery_ar`` restated whole with the same random calls (per row, ``RandomState.choice(..., replace=False)``
+for keys, for values and for the power-law query gaps; then the queries, labels and the random fill of non-query
+positions), vocab 8192, at ``input_seq_len = 4N``: rows as long as ours (N pairs, then N queries).
 Each fresh and MQAR ratio is measured ``--repeats`` times after one untimed call of each, ours and the reference
 in turn; min and median are printed. The split's ratios are against the reference's median split rate: its
 first run's, then the min (the slowest run) and median of the runs after it, which are timed as the reference
@@ -97,7 +97,8 @@ def side_by_side(ours, theirs, repeats: int) -> tuple[float, float, float, float
     return float(np.median([r[0] for r in rates])), float(np.median([r[1] for r in rates])), min(x), float(np.median(x))
 
 
-def cot_row(label: str, name: str, text: bool, n_train: int, fresh_rows: int, reference_rows: int, repeats: int) -> None:
+def cot_row(label: str, name: str, text: bool, n_train: int, fresh_rows: int, reference_rows: int,
+            repeats: int) -> None:
     """One line of the CoT table: ``name`` at its largest size against the reference (``text``: arithmetic's
     reference in the published loop's own form)."""
     size = LARGEST[name]
@@ -131,7 +132,8 @@ def main() -> None:
     n_train = 100_000 if args.quick else 1_000_000
     fresh_rows, reference_rows = (10_000, 500) if args.quick else (50_000, 2_000)
     print(f"{'task':<14}{'size':>5}{'fresh/s':>10}{'ref/s':>8}{'x min':>7}{'x med':>7}  split s: "
-          f"{'first':>6}{'kern':>6}{'min':>6}{'med':>6}{'peak GB':>8}{'split/s':>9}{'ref/s':>7}  x: {'first':>5}{'min':>5}{'med':>5}")
+          f"{'first':>6}{'kern':>6}{'min':>6}{'med':>6}{'peak GB':>8}{'split/s':>9}{'ref/s':>7}"
+          f"  x: {'first':>5}{'min':>5}{'med':>5}")
     for name in filter(None, args.tasks.split(",")):
         for text in (True, False) if name == "arithmetic" else (False,):
             label = "arithmetic" if text else ("  int tokens" if name == "arithmetic" else name)

@@ -50,16 +50,16 @@ def arithmetic_row(rng: random.Random, operators: int, p: int = 11) -> list[int]
 
 def arithmetic_text_row(rng: random.Random, operators: int, p: int = 11) -> list[str]:
     """``arithmetic_row``'s sample from the same draws, built as the published loop builds it (arithmetic/data.py):
-    string tokens, a op b = x solved through p x p numpy tables, the expansion put in token by token, the
+    string tokens, a op b = x solved through a p x p numpy table, the expansion put in token by token, the
     history joined by repeated list concatenation, no <eos>. The reference as it runs, for timing it."""
-    times, divide = _tables(p)
+    divide = _division_table(p)
     expr = [str(rng.randrange(p))]
     history = [expr[:]]
     for _ in range(operators):
         at = rng.randint(0, len(expr) - 1)
         while not expr[at].isdigit():
             at = rng.randint(0, len(expr) - 1)
-        piece = _text_expansion(rng, int(expr[at]), p, times, divide)
+        piece = _text_expansion(rng, int(expr[at]), p, divide)
         left = expr[at - 1] if at > 0 else None
         right = expr[at + 1] if at < len(expr) - 1 else None
         if left == "/":
@@ -79,18 +79,18 @@ def arithmetic_text_row(rng: random.Random, operators: int, p: int = 11) -> list
 
 
 @lru_cache(maxsize=None)
-def _tables(p: int) -> tuple[np.ndarray, np.ndarray]:
-    """a * b mod p, and the b with a = x * b (row x, column a)."""
+def _division_table(p: int) -> np.ndarray:
+    """Row x, column a: the b with a * b = x (mod p), found in the table of products as the published loop does."""
     times = np.arange(p)[:, None] * np.arange(p)[None, :] % p
     divide = np.zeros((p, p), np.int32)
     for x in range(p):
         a, b = np.nonzero(times == x)
         divide[x, a] = b
-    return times, divide
+    return divide
 
 
-def _text_expansion(rng: random.Random, x: int, p: int, times: np.ndarray, divide: np.ndarray) -> list[str]:
-    """``_expansion``'s draws, solved through the tables: ['(', a, op, b, ')'] as strings."""
+def _text_expansion(rng: random.Random, x: int, p: int, divide: np.ndarray) -> list[str]:
+    """``_expansion``'s draws, solved through the division table: ['(', a, op, b, ')'] as strings."""
     while True:
         a = rng.randrange(p)
         op = rng.choice("+-*/")
