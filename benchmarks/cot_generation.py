@@ -7,12 +7,12 @@
 For each CoT task at the paper's largest size:
 - ``fresh``: rows per CPU second of ``generate_rows`` (the ``data: fresh`` path), and of the reference's loop;
 - ``split``: CPU seconds of ``split_rows`` for the protocol's train + test sets (the ``data: fixed`` path): its
-  first run in the process, with the kernel's part (the first run also takes its memory from the kernel: on a VM
-  that hands freed memory back to its host, over 2 s per GB the first time), then the min and median of
-  ``--repeats`` more runs; from one more run, peak traced memory (tracemalloc, which counts numpy's buffers and
-  would slow the timed runs); and the reference's rows per CPU second building the same two sets (their sampling
-  + Python-set dedup, the same train : test counts, scaled from a smaller run), timed in turn with the runs after
-  the first.
+  first run on that line, with the kernel's part (on the first line printed, the process's first: it also takes
+  its memory from the kernel, on a VM that hands freed memory back to its host over 2 s per GB; later lines run in
+  memory the process has had before), then the min and median of ``--repeats`` more runs; from one more run, peak
+  traced memory (tracemalloc, which counts numpy's buffers and would slow the timed runs); and the reference's
+  rows per CPU second building the same two sets (their sampling + Python-set dedup, the same train : test counts,
+  scaled from a smaller run), timed in turn with the runs after the first.
 The reference is timed through ``sepbench.tasks.cot.reference``, a plain-Python restatement of Feng et al.'s loops
 with the same kinds of random calls (Python ``random`` per draw for arithmetic, numpy ``RandomState`` per draw for
 ED and LIS), one sample at a time, rows kept as tuples in a set as the reference keeps them (its file writing is

@@ -72,7 +72,6 @@ def test_seen_rows_fast_path_records_every_kept_row():
     assert seen.keep(rows[:0], places[510:]).size == 0
 
 
-
 def test_seen_rows_take_back_a_partly_inserted_chunk():
     """A chunk that repeats one of its own rows: the entries the one-pass insert placed before it met the
     repeat are taken back, and the table ends as the distinct rows alone leave it."""
@@ -87,6 +86,25 @@ def test_seen_rows_take_back_a_partly_inserted_chunk():
         tables.append(seen.table)
     assert np.count_nonzero(tables[0]) == 200
     assert np.array_equal(tables[0], tables[1])
+
+
+def test_seen_rows_take_back_every_probe_pass():
+    """Entries placed on the first and third probe passes are all taken back when another meets its prefix hash
+    on the fifth, at the end of a run of stored entries sharing one home slot (entries built by hand)."""
+    seen = SeenRows(100)
+    seen.attach(np.zeros((100, 8), np.uint8))
+    home = lambda slot, key: np.uint64(slot) << seen.shift | np.uint64(key) << np.uint64(seen.bits)  # noqa: E731
+    for k in range(1, 6):  # keys 1-5 at slots 5-9, one run
+        assert seen._insert(np.array([home(5, k) | np.uint64(k)]))
+    before = seen.table.copy()
+    fresh = [home(100 + i, 50 + i) | np.uint64(10 + i) for i in range(3)]  # placed on the first pass
+    fresh += [home(300, 60) | np.uint64(20), home(300, 61) | np.uint64(21)]  # the loser of slot 300 lands on the third
+    known = home(5, 5) | np.uint64(30)  # stored key 5 sits at slot 9: met on the fifth pass
+    assert not seen._insert(np.array(fresh + [known]), unless_known=True)
+    assert np.array_equal(seen.table, before)
+    assert seen._insert(np.array(fresh), unless_known=True)
+    assert np.count_nonzero(seen.table) == 10
+
 
 def test_row_hashes_ignore_trailing_padding():
     rows = np.random.default_rng(2).integers(1, 9, (50, 13)).astype(np.uint8)
