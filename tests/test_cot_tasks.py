@@ -1,8 +1,11 @@
 """The CoT tasks reproduce the reference formats (specs/cot_benchmark.md) and the paper's CoT lengths."""
+import random
+
 import numpy as np
 import pytest
 
 from sepbench.tasks import build_task
+from sepbench.tasks.cot import reference
 from sepbench.tasks.cot.base import EOS, PAD
 
 COT_TASKS = ["arithmetic", "edit_distance", "ed_local", "lis"]
@@ -238,16 +241,16 @@ def test_bad_options_are_refused():
 
 def test_arithmetic_leftmost_order_keeps_prompts_and_answers():
     rng = np.random.default_rng(3)
-    reference = build_task("arithmetic", 4)
+    random_order = build_task("arithmetic", 4)
     leftmost = build_task("arithmetic", 4, {"order": "leftmost"})
-    rows, prompts = reference.generate_rows(300, np.random.default_rng(3), train=True)
+    rows, prompts = random_order.generate_rows(300, np.random.default_rng(3), train=True)
     ordered, same_prompts = leftmost.generate_rows(300, rng, train=True)
     assert np.array_equal(prompts, same_prompts)
     for row, other, k in zip(rows, ordered, prompts):
         tokens, solved = [int(t) for t in row if t != PAD], [int(t) for t in other if t != PAD]
         assert solved[:k] == tokens[:k] and solved == tokens[:k] + leftmost.solve(tokens[:k])
         assert leftmost.check_sequence(solved)
-        assert leftmost.answer_of(solved) == reference.answer_of(tokens)
+        assert leftmost.answer_of(solved) == random_order.answer_of(tokens)
     assert ordered.shape[1] <= leftmost.max_seq_len() + 1
 
 
@@ -269,7 +272,6 @@ def test_rows_are_never_wider_than_the_longest_sample(name, size):
 
 def test_split_follows_the_reference_under_recipe_in_narrow_rows():
     """int(N k / sum(1..n)) draws with k operators, deduplicated, then n-operator rows up to N (Feng et al.)."""
-    from sepbench.tasks.cot import reference
     task = build_task("arithmetic", 3)
     train, test = task.split_rows(3000, 300, np.random.default_rng(0))
     assert train.tokens.dtype == np.uint8 and train.tokens.shape[1] <= task.max_seq_len() + 1
@@ -319,9 +321,6 @@ def test_arithmetic_of_no_rows():
 @pytest.mark.parametrize("modulus", [2, 3])
 def test_arithmetic_draws_every_expansion_of_each_number(modulus):
     """Each x -> (a op b) the reference can draw, we draw (for p = 2, x = 0 has more valid draws than x != 0)."""
-    from sepbench.tasks.cot import reference
-    import random
-
     task = build_task("arithmetic", 1, {"modulus": modulus})
     rows, _ = task.generate_rows(20000, np.random.default_rng(0))
     ours = {(int(r[-2]), tuple(int(t) for t in r[:3])) for r in rows}

@@ -72,9 +72,9 @@ class MQAR(Task):
 
     def _write_packed(self, inputs: np.ndarray, pairs: int, rng: np.random.Generator) -> None:
         """Rows drawn as the general path draws them (the same distribution, other random calls) when every
-        token fits 16 bits: each pair is one 32-bit word
-        (key, value token), and the queries are the pairs sorted by 32 random bits above them, so the sort
-        moves keys and values together and both halves are written from 16-bit views."""
+        token fits 16 bits: each pair is one 32-bit word (key, value token), and the queries are the pairs
+        sorted by 32 random bits above them, so the sort moves keys and values together and both halves are
+        written from 16-bit views."""
         n = len(inputs)
         words = distinct_keys(n, pairs, self.keys, rng).astype(np.uint32)
         words |= (self.keys + rng.integers(0, self.values, (n, pairs), dtype=np.uint32)) << 16
