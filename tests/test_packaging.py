@@ -20,6 +20,8 @@ import sepbench
 from sepbench import demo
 
 assert Path(sepbench.__file__).is_relative_to(sys.prefix), sepbench.__file__
+from sepbench.models.mixers.mamba_cpu import SOURCE, kernel_library
+assert SOURCE.is_relative_to(sys.prefix) and kernel_library() is not None, "Mamba's CPU kernels not packaged"
 spec = yaml.safe_load(demo.SPEC.read_text())
 spec["base"]["train"].update(steps=10, eval_every=10, eval_samples=50)
 spec["base"]["device"] = "cpu"

@@ -19,7 +19,7 @@ NOT_TRAINED = ("failed", "diverged", "pruned")
 
 SUMMARY = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "loss"]
 DETAILS = ["steps", "steps_to_threshold", "seconds_to_threshold", "wall_seconds", "parameters", "state_floats",
-           "device", "version", "git_commit", "created_at", "error"]
+           "device", "compute_paths", "version", "git_commit", "created_at", "error"]
 CELL_KEYS = ["cell", "task", "model", "length", "layers", "width", "lr"]
 
 
@@ -58,6 +58,7 @@ def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
                "lr": cfg.train.lr, "status": r.status}
         row.update({name: float(value) for name, value in r.metrics.items()})
         row.update({name: getattr(r, name) for name in DETAILS})
+        row["compute_paths"] = ",".join(f"{name}={path}" for name, path in sorted(r.compute_paths.items()))
         row.update(flatten(cfg.model_dump(mode="json"), "config."))
         rows.append(row)
     metrics = sorted({m for r in results for m in r.metrics} | {"accuracy", "loss"}, key=_metric_order)

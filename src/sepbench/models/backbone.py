@@ -151,6 +151,10 @@ class SequenceModel(nn.Module):
             x = x[positions]
         return self.head(self.norm(self.blocks[-1].feed(x)))
 
+    def compute_paths(self, device: torch.device) -> dict[str, str]:
+        """The implementation each mixer computation with a choice runs on ``device`` (``Mixer.compute_paths``)."""
+        return {name: path for block in self.blocks for name, path in block.mixer.compute_paths(device).items()}
+
     def init_state(self, batch_size: int, device: torch.device | None = None) -> DecodeState:
         param = next(self.parameters())
         device = device or param.device

@@ -51,6 +51,9 @@ RESULT_CODE = ("config.py", "registry.py", "tasks", "models", "train")
 stored runs current."""
 
 
+SOURCE_SUFFIXES = (".py", ".cpp")
+
+
 @lru_cache(maxsize=1)
 def code_version() -> str:
     """A hash of the source that decides a run's result (``RESULT_CODE``), the same for a checkout and an install."""
@@ -58,7 +61,7 @@ def code_version() -> str:
     digest = hashlib.sha256()
     for part in RESULT_CODE:
         path = root / part
-        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+        for source in sorted(f for f in path.rglob("*") if f.suffix in SOURCE_SUFFIXES) if path.is_dir() else [path]:
             digest.update(source.relative_to(root).as_posix().encode() + b"\0" + source.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
 

@@ -232,6 +232,7 @@ class Trainer:
                 status="completed",
                 parameters=count_parameters(self.model),
                 device=str(self.device),
+                compute_paths=self.model.compute_paths(self.device),
                 version=package_version(),
                 code_version=code_version(),
                 git_commit=git_commit(),

@@ -66,6 +66,8 @@ class RunResult(BaseModel):
     parameters: int = 0
     state_floats: int = 0
     device: str = "cpu"
+    compute_paths: dict[str, str] = Field(default_factory=dict, description="the implementation of each mixer "
+                                          "computation that has several, e.g. {'scan': 'fused'} for Mamba")
     version: str = ""
     code_version: str = Field("", description="hash of the code that decides a result (environment.code_version)")
     git_commit: str | None = None

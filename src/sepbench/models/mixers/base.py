@@ -46,6 +46,11 @@ class Mixer(nn.Module, ABC):
     def reset_parameters(self) -> None:
         """The mixer's own initialisation."""
 
+    def compute_paths(self, device: torch.device) -> dict[str, str]:
+        """Which implementation each of the mixer's computations runs on ``device``, where it has a choice
+        (e.g. Mamba's ``{"scan": "fused"}``); recorded in every run's result."""
+        return {}
+
     def state_floats(self, length: int) -> int:
         """Closed form: floats per example the step path carries after ``length`` tokens."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form state size")

@@ -13,6 +13,7 @@ from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.registry import MODELS
 
@@ -23,7 +24,9 @@ class MambaOptions(StrictModel):
     conv: int = Field(4, ge=1, description="depthwise causal convolution width")
     dt_rank: int | None = Field(None, ge=1, description="rank of the Delta projection; default ceil(width / 16)")
     chunk: int | None = Field(None, ge=1, description="scan chunk length; default: chunks of >= 8 steps so that a step advances about 128 states (batch x chunks), one chunk where that gives fewer than 4")
-    scan: Literal["chunked", "reference"] = Field("chunked", description="training scan: chunked, or the step-by-step reference")
+    scan: Literal["auto", "fused", "chunked", "reference"] = Field(
+        "auto", description="training scan on CPU: auto (fused where its kernel builds, else chunked), fused (the "
+        "compiled kernel, an error where it does not build), chunked (PyTorch), or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
 
 
@@ -88,18 +91,37 @@ class MambaBlock(Mixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)
+        path = self.scan_path(x.device)
+        if path == "fused":
+            u = fused_causal_conv(u, self.conv.weight, self.conv.bias)
+            delta, b, c = self._ssm_inputs(u)
+            return self.out_proj(fused_selective_scan(delta, -self.a_log.exp(), u, b, c, self.skip, z))
         u = F.silu(self.conv(u.transpose(1, 2))[..., :length].transpose(1, 2))  # [B, T, E]
         delta, b, c = self._ssm_inputs(u)
         a = -self.a_log.exp()
-        kernel = _cuda_kernel() if self.options.kernel and x.is_cuda else None
-        if kernel is not None:
-            y = kernel(u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), a,
-                       b.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous(), self.skip.float(),
-                       delta_softplus=False).transpose(1, 2)
+        if path == "mamba_ssm":
+            y = _cuda_kernel()(u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), a,
+                               b.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous(), self.skip.float(),
+                               delta_softplus=False).transpose(1, 2)
         else:
-            scan = selective_scan_reference if self.options.scan == "reference" else partial(selective_scan, chunk=self.options.chunk)
-            y = scan(delta, a, u, b, c) + self.skip * u
+            scans = {"reference": selective_scan_reference, "chunked": partial(selective_scan, chunk=self.options.chunk)}
+            y = scans[path](delta, a, u, b, c) + self.skip * u
         return self.out_proj(y * F.silu(z))
+
+    def scan_path(self, device: torch.device) -> str:
+        """The scan that trains on ``device``: mamba_ssm (CUDA kernel), fused (CPU kernel), chunked or reference."""
+        if device.type == "cuda" and self.options.kernel and _cuda_kernel() is not None:
+            return "mamba_ssm"
+        choice = self.options.scan
+        if choice == "fused" and (device.type != "cpu" or kernel_library() is None):
+            raise RuntimeError("mamba scan 'fused' needs a CPU device and a C++ compiler that builds "
+                               "mamba_cpu.cpp; allowed elsewhere: auto, chunked, reference")
+        if choice == "auto":
+            return "fused" if device.type == "cpu" and kernel_library() is not None else "chunked"
+        return choice
+
+    def compute_paths(self, device: torch.device) -> dict[str, str]:
+        return {"scan": self.scan_path(device)}
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> MambaState:
         conv = torch.zeros(batch_size, self.inner, self.conv.kernel_size[0] - 1, device=device, dtype=dtype)

@@ -1,0 +1,184 @@
+"""Mamba's fused CPU kernels against the step-by-step reference, and the fallback when they cannot be built."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sepbench.config import ModelConfig, RunConfig
+from sepbench.models import build_model
+from sepbench.models.mixers import mamba_cpu
+from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
+from sepbench.models.mixers.selective_scan import selective_scan_reference
+from sepbench.train import Trainer, train
+
+if mamba_cpu._compiler() is None:
+    pytest.skip("no C++ compiler: Mamba trains with the chunked scan here", allow_module_level=True)
+
+
+def scan_inputs(batch: int, length: int, inner: int, state: int = 16, dtype: torch.dtype = torch.float32,
+                seed: int = 0) -> list[torch.Tensor]:
+    """Delta > 0 (softplus) and A < 0, as Mamba feeds its scan."""
+    g = torch.Generator().manual_seed(seed)
+    delta = F.softplus(torch.randn(batch, length, inner, generator=g, dtype=dtype) - 1)
+    a = -torch.rand(inner, state, generator=g, dtype=dtype) * 4 - 0.05
+    u, b, c = (torch.randn(batch, length, n, generator=g, dtype=dtype) for n in (inner, state, state))
+    return [x.requires_grad_() for x in (delta, a, u, b, c)]
+
+
+def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((found - expected).abs().max().detach() / expected.abs().max().detach().clamp_min(1e-30))
+
+
+def test_the_kernels_build():
+    assert kernel_library() is not None
+
+
+@pytest.mark.parametrize("length,batch,inner", [(1, 1, 1), (2, 64, 128), (7, 1, 128), (7, 64, 1), (100, 64, 128),
+                                                (100, 1, 1), (401, 1, 128), (401, 64, 1)])
+def test_fused_scan_matches_the_reference_in_float32(length, batch, inner):
+    inputs = scan_inputs(batch, length, inner, seed=length + batch)
+    grad = torch.randn(batch, length, inner, generator=torch.Generator().manual_seed(1))
+    fused = fused_selective_scan(*inputs)
+    reference = selective_scan_reference(*inputs)
+    assert relative_error(fused, reference) < 1e-5
+    names = ("delta", "A", "u", "B", "C")
+    for name, g_fused, g_reference in zip(names, torch.autograd.grad(fused, inputs, grad),
+                                          torch.autograd.grad(reference, inputs, grad)):
+        if length == 1 and name == "A":  # no state decays before the first step: the gradient is exactly 0
+            assert torch.equal(g_fused, torch.zeros_like(g_fused)) and torch.equal(g_reference, g_fused)
+            continue
+        assert relative_error(g_fused, g_reference) < 1e-5, name
+
+
+def test_fused_scan_takes_non_contiguous_inputs():
+    delta, a, u, b, c = (x.detach() for x in scan_inputs(3, 20, 8))
+    views = [delta.transpose(0, 1).contiguous().transpose(0, 1), a.t().contiguous().t(),
+             u.transpose(1, 2).contiguous().transpose(1, 2), torch.cat([b, c], -1)[..., :16], torch.cat([b, c], -1)[..., 16:]]
+    assert not any(v.is_contiguous() for v in views)
+    views = [v.requires_grad_() for v in views]
+    fused = fused_selective_scan(*views)
+    reference = selective_scan_reference(*views)
+    assert relative_error(fused, reference) < 1e-5
+    for g_fused, g_reference in zip(torch.autograd.grad(fused.sum(), views), torch.autograd.grad(reference.sum(), views)):
+        assert relative_error(g_fused, g_reference) < 1e-5
+
+
+@pytest.mark.parametrize("length", [1, 2, 15, 16, 17, 33])
+def test_fused_scan_passes_gradcheck(length):
+    inputs = scan_inputs(2, length, 3, state=4, dtype=torch.float64, seed=length)
+    assert torch.autograd.gradcheck(fused_selective_scan, inputs)
+
+
+def test_gated_scan_passes_gradcheck_and_matches_the_block_formula():
+    delta, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
+    skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(fused_selective_scan, (delta, a, u, b, c, skip, z))
+    expected = (selective_scan_reference(delta, a, u, b, c) + skip * u) * F.silu(z)
+    torch.testing.assert_close(fused_selective_scan(delta, a, u, b, c, skip, z), expected)
+
+
+def test_fused_conv_matches_torch_and_passes_gradcheck():
+    conv = torch.nn.Conv1d(5, 5, 4, groups=5, padding=3).double()
+    x = torch.randn(3, 11, 5, dtype=torch.float64, requires_grad=True)
+    expected = F.silu(conv(x.transpose(1, 2))[..., :11].transpose(1, 2))
+    torch.testing.assert_close(fused_causal_conv(x, conv.weight, conv.bias), expected)
+    assert torch.autograd.gradcheck(fused_causal_conv, (x, conv.weight, conv.bias))
+    short = torch.randn(2, 2, 5, dtype=torch.float64, requires_grad=True)  # shorter than the kernel
+    assert torch.autograd.gradcheck(fused_causal_conv, (short, conv.weight, conv.bias))
+
+
+def test_fused_scan_without_grad_and_over_threads_gives_the_same_numbers():
+    inputs = [x.detach() for x in scan_inputs(5, 40, 16)]
+    one = fused_selective_scan(*inputs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert torch.equal(fused_selective_scan(*inputs), one)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(fused_selective_scan(*inputs), one)
+
+
+def test_mamba_model_fused_matches_reference_scan_in_float64():
+    outputs = {}
+    for scan in ("fused", "reference"):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name="mamba", layers=2, width=16, options={"scan": scan}), 9, 40).double()
+        tokens = torch.randint(0, 9, (3, 37), generator=torch.Generator().manual_seed(1))
+        out = model(tokens)
+        out.sin().sum().backward()
+        outputs[scan] = (out.detach(), {n: p.grad for n, p in model.named_parameters()})
+    torch.testing.assert_close(outputs["fused"][0], outputs["reference"][0])
+    for name, grad in outputs["fused"][1].items():
+        torch.testing.assert_close(grad, outputs["reference"][1][name], msg=name)
+
+
+def mamba_run(scan: str, steps: int = 200) -> RunConfig:
+    return RunConfig.build({"task": {"name": "index_lookup", "length": 10},
+                            "model": {"name": "mamba", "layers": 1, "width": 16, "options": {"scan": scan}},
+                            "train": {"steps": steps, "eval_every": steps, "eval_samples": 64, "batch_size": 16},
+                            "device": "cpu"})
+
+
+def test_fused_and_chunked_training_end_at_the_same_loss_and_record_their_path():
+    losses = {}
+    for scan in ("auto", "chunked"):
+        trainer = Trainer(mamba_run(scan))
+        trainer.train_until(200)
+        result = trainer.finish()
+        losses[scan] = result.metrics["loss"]
+        assert result.compute_paths == {"scan": "fused" if scan == "auto" else "chunked"}
+    assert abs(losses["auto"] - losses["chunked"]) < 1e-4
+
+
+def test_the_same_seed_gives_the_same_metrics_with_the_fused_scan():
+    first, second = train(mamba_run("fused", 30)), train(mamba_run("fused", 30))
+    assert first.metrics == second.metrics
+    assert [(p.step, p.loss, p.accuracy) for p in first.curve] == [(p.step, p.loss, p.accuracy) for p in second.curve]
+
+
+def test_without_a_compiler_mamba_falls_back_to_the_chunked_scan_logged_once(monkeypatch, caplog):
+    monkeypatch.setattr(mamba_cpu, "_compiler", lambda: None)
+    kernel_library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=mamba_cpu.__name__):
+            model = build_model(ModelConfig(name="mamba", layers=2, width=8), 5, 10)
+            assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked"}
+            model(torch.zeros(2, 6, dtype=torch.long)).sum().backward()
+        assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+        assert "no C++ compiler" in caplog.records[0].message and len(caplog.records) == 1
+        fused = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"scan": "fused"}), 5, 10)
+        with pytest.raises(RuntimeError, match="allowed elsewhere: auto, chunked, reference"):
+            fused(torch.zeros(1, 3, dtype=torch.long))
+    finally:
+        kernel_library.cache_clear()
+
+
+def test_a_failed_build_falls_back_with_the_compiler_s_reason(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(mamba_cpu, "FLAGS", [*mamba_cpu.FLAGS, "-fno-such-flag"])
+    kernel_library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger=mamba_cpu.__name__):
+            assert kernel_library() is None
+        assert "did not build" in caplog.text and "no-such-flag" in caplog.text
+        assert list(tmp_path.rglob("*.so")) == []
+    finally:
+        kernel_library.cache_clear()
+
+
+def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
+    first = mamba_cpu._build(mamba_cpu._compiler())
+    built_at = first.stat().st_mtime_ns
+    assert mamba_cpu._build(mamba_cpu._compiler()) == first and first.stat().st_mtime_ns == built_at
+    monkeypatch.setattr(mamba_cpu, "FLAGS", [*mamba_cpu.FLAGS, "-DSEPBENCH_OTHER_BUILD"])
+    assert mamba_cpu._build(mamba_cpu._compiler()) != first
+
+
+def test_transformer_runs_record_no_compute_path():
+    model = build_model(ModelConfig(name="transformer", layers=1, width=8), 5, 10)
+    assert model.compute_paths(torch.device("cpu")) == {}
