@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 from sepbench.config import ModelConfig, RunConfig
 from sepbench.models import build_model
-from sepbench.models.mixers import mamba_cpu
+from sepbench.models.mixers import cpu_kernels, mamba_cpu
 from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
 from sepbench.models.mixers.selective_scan import selective_scan_reference
 from sepbench.train import Trainer, train
 
-if mamba_cpu._compiler() is None:
+if cpu_kernels.compiler() is None:
     pytest.skip("no C++ compiler: Mamba trains with the chunked scan here", allow_module_level=True)
 
 
@@ -141,42 +141,53 @@ def test_the_same_seed_gives_the_same_metrics_with_the_fused_scan():
 
 
 def test_without_a_compiler_mamba_falls_back_to_the_chunked_scan_logged_once(monkeypatch, caplog):
-    monkeypatch.setattr(mamba_cpu, "_compiler", lambda: None)
-    kernel_library.cache_clear()
+    monkeypatch.setattr(cpu_kernels, "compiler", lambda: None)
+    cpu_kernels._load.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger=mamba_cpu.__name__):
+        with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
             model = build_model(ModelConfig(name="mamba", layers=2, width=8), 5, 10)
             assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked"}
             model(torch.zeros(2, 6, dtype=torch.long)).sum().backward()
-        assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
-        assert "no C++ compiler" in caplog.records[0].message and len(caplog.records) == 1
+        assert len(caplog.records) == 1 and "no C++ compiler" in caplog.records[0].message
         fused = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"scan": "fused"}), 5, 10)
         with pytest.raises(RuntimeError, match="allowed elsewhere: auto, chunked, reference"):
             fused(torch.zeros(1, 3, dtype=torch.long))
     finally:
-        kernel_library.cache_clear()
+        cpu_kernels._load.cache_clear()
 
 
 def test_a_failed_build_falls_back_with_the_compiler_s_reason(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(mamba_cpu, "FLAGS", [*mamba_cpu.FLAGS, "-fno-such-flag"])
-    kernel_library.cache_clear()
+    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, "-fno-such-flag"])
+    cpu_kernels._load.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger=mamba_cpu.__name__):
+        with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
             assert kernel_library() is None
         assert "did not build" in caplog.text and "no-such-flag" in caplog.text
         assert list(tmp_path.rglob("*.so")) == []
     finally:
-        kernel_library.cache_clear()
+        cpu_kernels._load.cache_clear()
+
+
+def test_kernels_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("SEPBENCH_CPU_KERNELS", "0")
+    cpu_kernels._load.cache_clear()
+    try:
+        assert kernel_library() is None
+        model = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
+        assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked"}
+    finally:
+        cpu_kernels._load.cache_clear()
 
 
 def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
     monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
-    first = mamba_cpu._build(mamba_cpu._compiler())
+    first = cpu_kernels.build(mamba_cpu.SOURCE, cpu_kernels.compiler())
     built_at = first.stat().st_mtime_ns
-    assert mamba_cpu._build(mamba_cpu._compiler()) == first and first.stat().st_mtime_ns == built_at
-    monkeypatch.setattr(mamba_cpu, "FLAGS", [*mamba_cpu.FLAGS, "-DSEPBENCH_OTHER_BUILD"])
-    assert mamba_cpu._build(mamba_cpu._compiler()) != first
+    assert cpu_kernels.build(mamba_cpu.SOURCE, cpu_kernels.compiler()) == first
+    assert first.stat().st_mtime_ns == built_at
+    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, "-DSEPBENCH_OTHER_BUILD"])
+    assert cpu_kernels.build(mamba_cpu.SOURCE, cpu_kernels.compiler()) != first
 
 
 def test_transformer_runs_record_no_compute_path():

@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from sepbench.models.mixers.cpu_kernels import pytorch_forms
+
 from sepbench.models.backbone import SequenceModel
 
 PAPER_TOKEN_OVERHEAD = 1.4e4
@@ -92,7 +94,7 @@ COUNTED_ELSEWHERE = {
 
 def measure_flops(module: nn.Module, *inputs: torch.Tensor) -> int:
     """FLOPs of ``module(*inputs)`` by torch.utils.flop_counter, taught CPU fused attention and LSTM layers."""
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=COUNTED_ELSEWHERE) as counter:
+    with torch.no_grad(), pytorch_forms(), FlopCounterMode(display=False, custom_mapping=COUNTED_ELSEWHERE) as counter:
         module(*inputs)
     return counter.get_total_flops()
 

@@ -31,10 +31,9 @@ from sepbench.train.environment import code_version, git_commit, package_version
 from sepbench.train.loop import Assessment, Trainer, lr_factor
 from sepbench.train.result import RunResult
 
-PER_MEMBER_MIXERS = {"lstm", "mamba"}
-"""Mixers whose core has no batching rule (``aten::lstm``, the scan's autograd.Function): run one member at a time."""
-STACKED_MIXERS = {"transformer", "sparse_transformer", "linear_transformer", "retnet", "dss"} | PER_MEMBER_MIXERS
-"""Mixers trained stacked; any other trains alone, one member after another."""
+STACKED_MIXERS = {"transformer", "sparse_transformer", "linear_transformer", "retnet", "dss", "lstm", "mamba"}
+"""Mixers trained stacked; any other trains alone, one member after another. Those without a batching rule on
+the device (``Mixer.has_batching_rule``) run one member at a time inside the stacked forward."""
 
 
 def group_key(config: RunConfig) -> str:
@@ -90,8 +89,9 @@ def _run_per_member(mixer: nn.Module) -> None:
 def template_model(model: SequenceModel) -> SequenceModel:
     """A copy of one member's model to call functionally with every member's parameters."""
     template = copy.deepcopy(model)
-    if model.config.name in PER_MEMBER_MIXERS:
-        for block in template.blocks:
+    device = next(model.parameters()).device
+    for block in template.blocks:
+        if not block.mixer.has_batching_rule(device):
             _run_per_member(block.mixer)
     return template
 

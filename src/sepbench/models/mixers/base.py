@@ -51,6 +51,11 @@ class Mixer(nn.Module, ABC):
         (e.g. Mamba's ``{"scan": "fused"}``); recorded in every run's result."""
         return {}
 
+    def has_batching_rule(self, device: torch.device) -> bool:
+        """Whether ``torch.func.vmap`` can batch the training forward on ``device`` (stacked runs); False for
+        an op or ``autograd.Function`` without a batching rule, which then runs one member at a time."""
+        return True
+
     def state_floats(self, length: int) -> int:
         """Closed form: floats per example the step path carries after ``length`` tokens."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form state size")

@@ -5,11 +5,14 @@ import math
 
 import torch
 import torch.nn.functional as F
+from typing import Literal
+
 from pydantic import Field
 from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.dss_cpu import diagonal_recurrence, kernel_library
 from sepbench.models.registry import MODELS
 
 
@@ -17,6 +20,9 @@ class DSSOptions(StrictModel):
     state: int = Field(32, ge=1, description="complex state size N per channel")
     dt_min: float = Field(1e-3, gt=0.0)
     dt_max: float = Field(1e-1, gt=0.0)
+    conv: Literal["auto", "recurrent", "fft"] = Field(
+        "auto", description="training convolution: auto (the compiled CPU recurrence on CPU where it builds, else "
+        "the FFT), recurrent (an error where it does not build), or fft")
 
 
 def fft_length(n: int) -> int:
@@ -95,12 +101,32 @@ class DiagonalSSM(Mixer):
         return torch.einsum("dn,dnt->dt", c * b_bar, powers).real
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.conv_path(x.device) == "recurrent":
+            dt_lam, b_bar, c = self._discrete()
+            y = diagonal_recurrence(x, dt_lam.exp(), c * b_bar)
+            return self.out(F.gelu(y + self.skip * x))
         length = x.shape[1]
         k = self.kernel(length)  # [D, T]
         size = fft_length(2 * length - 1)  # no wrap-around into the first T outputs
         u = torch.fft.rfft(x.transpose(1, 2), n=size)
         y = torch.fft.irfft(u * torch.fft.rfft(k, n=size), n=size)[..., :length].transpose(1, 2)
         return self.out(F.gelu(y + self.skip * x))
+
+    def conv_path(self, device: torch.device) -> str:
+        """The convolution that trains on ``device``: recurrent (compiled CPU kernel) or fft."""
+        choice = self.options.conv
+        if choice == "recurrent" and (device.type != "cpu" or kernel_library() is None):
+            raise RuntimeError("dss conv 'recurrent' needs a CPU device and a C++ compiler that builds dss_cpu.cpp; "
+                               "allowed elsewhere: auto, fft")
+        if choice == "auto":
+            return "recurrent" if device.type == "cpu" and kernel_library() is not None else "fft"
+        return choice
+
+    def compute_paths(self, device: torch.device) -> dict[str, str]:
+        return {"conv": self.conv_path(device)}
+
+    def has_batching_rule(self, device: torch.device) -> bool:
+        return self.conv_path(device) == "fft"
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         complex_dtype = torch.complex128 if dtype == torch.float64 else torch.complex64

@@ -40,6 +40,9 @@ class LSTMMixer(Mixer):
         y, state = self.lstm(x.unsqueeze(1), state)
         return y.squeeze(1), state
 
+    def has_batching_rule(self, device: torch.device) -> bool:
+        return False  # aten::lstm has none
+
     def state_floats(self, length: int) -> int:
         """Closed form: h and c, 2 D floats."""
         return 2 * self.width

@@ -123,6 +123,9 @@ class MambaBlock(Mixer):
     def compute_paths(self, device: torch.device) -> dict[str, str]:
         return {"scan": self.scan_path(device)}
 
+    def has_batching_rule(self, device: torch.device) -> bool:
+        return False  # every scan path is an autograd.Function
+
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> MambaState:
         conv = torch.zeros(batch_size, self.inner, self.conv.kernel_size[0] - 1, device=device, dtype=dtype)
         ssm = torch.zeros(batch_size, self.inner, self.state_size, device=device, dtype=dtype)

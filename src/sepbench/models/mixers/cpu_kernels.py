@@ -1,0 +1,121 @@
+"""Small C++ kernels for CPU training, built with the machine's compiler at first use, cached, and called on
+tensors' memory through ctypes.
+
+A kernel that cannot be built (no compiler, a failed build, or ``SEPBENCH_CPU_KERNELS=0``) loads as None, logged
+once per process, and its mixer trains with its PyTorch form instead. ``SEPBENCH_KERNEL_CACHE`` moves the cache
+(default ``$XDG_CACHE_HOME/sepbench/kernels``).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17"]
+DTYPE_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+log = logging.getLogger(__name__)
+_held_back = 0
+
+
+@contextmanager
+def pytorch_forms() -> Iterator[None]:
+    """Inside: every mixer runs its PyTorch form, as FLOP counting needs (a kernel's arithmetic is invisible to
+    ``torch.utils.flop_counter``; the PyTorch forms do the same products)."""
+    global _held_back
+    _held_back += 1
+    try:
+        yield
+    finally:
+        _held_back -= 1
+
+
+def cache_dir() -> Path:
+    if "SEPBENCH_KERNEL_CACHE" in os.environ:
+        return Path(os.environ["SEPBENCH_KERNEL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sepbench" / "kernels"
+
+
+def compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _cpu_identity() -> str:
+    """What ``-march=native`` depends on: the processor's name and feature flags (Linux), else the platform."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() + platform.machine()
+    return "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags", "Features"))}))
+
+
+def build(source: Path, cxx: str) -> Path:
+    """Compile ``source`` into the cache (named by a hash of source, compiler, flags and CPU) unless it is there."""
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256("\0".join([source.read_text(), version, " ".join(FLAGS), _cpu_identity()]).encode())
+    target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # concurrent builders each rename a whole file
+        built = Path(scratch) / target.name
+        subprocess.run([cxx, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True, text=True,
+                       timeout=300)
+        os.replace(built, target)
+    return target
+
+
+def load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.CDLL | None:
+    """The library built from ``source`` with each ``(name, pointers, sizes)`` kernel declared for float32 and
+    float64 (``name_f32``, ``name_f64``), or None where it is off, cannot be built, or inside ``pytorch_forms``."""
+    return None if _held_back else _load(source, arguments)
+
+
+@lru_cache(maxsize=None)
+def _load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.CDLL | None:
+    fallback = f"{source.stem} is not used: its mixer trains with its slower PyTorch form"
+    if os.environ.get("SEPBENCH_CPU_KERNELS", "1") == "0":
+        log.info("CPU kernels are off (SEPBENCH_CPU_KERNELS=0); %s", fallback)
+        return None
+    cxx = compiler()
+    if cxx is None:
+        log.warning("no C++ compiler found (CXX, c++, g++, clang++); %s", fallback)
+        return None
+    try:
+        library = ctypes.CDLL(str(build(source, cxx)))
+    except (OSError, subprocess.SubprocessError) as error:
+        lines = (getattr(error, "stderr", None) or str(error)).strip().splitlines()
+        log.warning("%s did not build (%s); %s", source.name, lines[-1] if lines else type(error).__name__, fallback)
+        return None
+    for name, pointers, sizes in arguments:
+        for suffix in DTYPE_SUFFIX.values():
+            getattr(library, f"{name}_{suffix}").argtypes = [ctypes.c_void_p] * pointers + [ctypes.c_int64] * sizes
+    return library
+
+
+def over_batch(kernel: Callable[..., None], tensors: list[torch.Tensor | None], sizes: list[int], batch: int) -> None:
+    """``kernel(*pointers, b0, b1, *sizes)`` over slices of the batch, one per intra-op thread (ctypes releases
+    the GIL while a kernel runs); every batch row's numbers are the same whatever the slicing."""
+    pointers = [None if t is None else t.data_ptr() for t in tensors]
+    threads = min(torch.get_num_threads(), batch)
+    if threads <= 1:
+        kernel(*pointers, 0, batch, *sizes)
+        return
+    bounds = [batch * i // threads for i in range(threads + 1)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda b0, b1: kernel(*pointers, b0, b1, *sizes), bounds[:-1], bounds[1:]))
