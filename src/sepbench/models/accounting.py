@@ -8,9 +8,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from sepbench.models.mixers.cpu_kernels import pytorch_forms
-
 from sepbench.models.backbone import SequenceModel
+from sepbench.models.mixers.cpu_kernels import pytorch_forms
 
 PAPER_TOKEN_OVERHEAD = 1.4e4
 """Per-token FLOPs beyond 72 d^2 that Yang et al.'s Table 2 implies (seed000 spec, sec. 4.3, formula B)."""
