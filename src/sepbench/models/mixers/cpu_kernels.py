@@ -82,7 +82,8 @@ def build(source: Path, cxx: str) -> Path:
 
 def load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.CDLL | None:
     """The library built from ``source`` with each ``(name, pointers, sizes)`` kernel declared for float32 and
-    float64 (``name_f32``, ``name_f64``), or None where it is off, cannot be built, or inside ``pytorch_forms``."""
+    float64 (``name_f32``, ``name_f64``; ``(name, 0, 0)``: a constant returned as int64), or None where it is
+    off, cannot be built, or inside ``pytorch_forms``."""
     return None if _held_back else _load(source, arguments)
 
 
@@ -103,6 +104,9 @@ def _load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.C
         log.warning("%s did not build (%s); %s", source.name, lines[-1] if lines else type(error).__name__, fallback)
         return None
     for name, pointers, sizes in arguments:
+        if pointers == sizes == 0:
+            getattr(library, name).restype = ctypes.c_int64
+            continue
         for suffix in DTYPE_SUFFIX.values():
             getattr(library, f"{name}_{suffix}").argtypes = [ctypes.c_void_p] * pointers + [ctypes.c_int64] * sizes
     return library
