@@ -14,6 +14,7 @@ import torch
 
 from sepbench.config import ModelConfig
 from sepbench.models import MODELS, SequenceModel, build_model
+from sepbench.models.mixers.mamba_cpu import fused_selective_scan, kernel_library
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.train.environment import resolve_device
 
@@ -144,12 +145,15 @@ def main() -> None:
         inputs = scan_inputs(batch, scan_len, device)
         fns = {"chunked": lambda x=inputs: selective_scan(*x).sum().backward(),
                "reference": lambda x=inputs: selective_scan_reference(*x).sum().backward()}
+        if device.type == "cpu" and kernel_library() is not None:
+            fns["fused"] = lambda x=inputs: fused_selective_scan(*x).sum().backward()
         scan_time = side_by_side(fns, device, max(2, repeats // 2))
         scan_ratio[batch] = scan_time["reference"] / scan_time["chunked"]
         print(f"  batch {batch}:" + "".join(f"  {key} {1e3 * seconds:.1f} ms" for key, seconds in scan_time.items()))
     print(f"mamba model at L={scan_len} (one training step, batch 8)")
     tokens = torch.randint(0, VOCAB, (8, scan_len), device=device)
-    scans = {scan: make("mamba", scan_len, device, scan=scan, kernel=False) for scan in ("chunked", "reference")}
+    paths = ("chunked", "reference") + (("fused",) if device.type == "cpu" and kernel_library() is not None else ())
+    scans = {scan: make("mamba", scan_len, device, scan=scan, kernel=False) for scan in paths}
     model_time = side_by_side({k: train_step(m, tokens) for k, m in scans.items()}, device, max(2, repeats // 2))
     for key, seconds in model_time.items():
         print(f"  {key:<22}{1e3 * seconds:>10.1f} ms")
