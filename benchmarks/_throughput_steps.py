@@ -2,7 +2,8 @@
 
 A step is what ``Trainer.train_until`` does between evaluations: sample a batch, forward, backward, Adam.
 ``python benchmarks/_throughput_steps.py --table`` prints the per-step table of every mixer at N = 20, 100, 400
-(width 64, one layer, batch 64, Index Lookup) with the matrix-product GFLOP/s it reaches.
+(width 64, one layer, batch 64, Index Lookup) with the matrix-product GFLOP/s it reaches. Times are CPU seconds
+of this one-thread process (``time.process_time``), which a busy machine disturbs far less than wall time.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +30,7 @@ from sepbench.models.mixers.selective_scan import selective_scan  # noqa: E402
 from sepbench.train import Trainer  # noqa: E402
 
 BATCH, WIDTH = 64, 64
+CLOCK = time.process_time
 
 
 def trainer(model: str, length: int, **options: object) -> Trainer:
@@ -49,7 +52,7 @@ def per_step(times: list[float], count: int) -> tuple[float, float]:
 
 def step_ratio(name: str, model: str, length: int, target: float, quick: bool) -> Ratio:
     count, repeats = (2, 2) if quick else (5, 3)
-    times = alternate({m: steps(trainer(m, length), count) for m in (model, "lstm")}, repeats)
+    times = alternate({m: steps(trainer(m, length), count) for m in (model, "lstm")}, repeats, CLOCK)
     (m_min, m_med), (l_min, l_med) = per_step(times[model], count), per_step(times["lstm"], count)
     detail = (f"one step, Index Lookup N={length}, width 64, 1 layer, batch 64: {model} min/median "
               f"{1e3 * m_min:.1f}/{1e3 * m_med:.1f} ms, lstm {1e3 * l_min:.1f}/{1e3 * l_med:.1f} ms; "
@@ -70,7 +73,7 @@ def scan_ratio(quick: bool) -> Ratio:
     inputs = scan_inputs(64, 100)
     calls = {"fused": lambda: fused_selective_scan(*inputs).sum().backward(),
              "chunked": lambda: selective_scan(*inputs).sum().backward()}
-    times = alternate(calls, 2 if quick else 5)
+    times = alternate(calls, 2 if quick else 5, CLOCK)
     fused, chunked = times["fused"], times["chunked"]
     detail = (f"scan forward + backward, B=64 T=100 E=128 N=16: fused min/median {1e3 * min(fused):.1f}/"
               f"{1e3 * statistics.median(fused):.1f} ms, chunked {1e3 * min(chunked):.1f}/"
@@ -95,7 +98,7 @@ def table(lengths: list[int], repeats: int, count: int) -> None:
         cells = []
         for length in lengths:
             run = trainer(name, length)
-            times = alternate({name: steps(run, count)}, repeats)[name]
+            times = alternate({name: steps(run, count)}, repeats, CLOCK)[name]
             low, mid = per_step(times, count)
             tokens = run.task.max_seq_len(length)
             gflops = 3 * forward_flops(run.model, tokens) * BATCH / mid / 1e9
