@@ -47,7 +47,8 @@ def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     s_prev = kv.cumsum(2) - kv
     z_chunk = k.sum(3)  # [B, H, n, d]
     z_prev = z_chunk.cumsum(2) - z_chunk
-    scores = (q @ k.transpose(-1, -2)).tril()  # [B, H, n, C, C]
+    causal = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
+    scores = (q @ k.transpose(-1, -2)) * causal  # [B, H, n, C, C]; a mask product: tril is ~5x slower on CPU
     numerator = q @ s_prev + scores @ v
     denominator = (q * z_prev.unsqueeze(3)).sum(-1) + scores.sum(-1)
     y = numerator / (denominator.unsqueeze(-1) + EPS)
