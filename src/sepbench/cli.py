@@ -16,6 +16,7 @@ from rich.table import Table
 from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
+from sepbench.plugins import PluginError
 from sepbench.registry import UnknownNameError
 from sepbench.store import StoreError
 
@@ -77,7 +78,7 @@ def bad_input_exits() -> Iterator[None]:
     """Turn a configuration problem into one line on stderr and exit code 2."""
     try:
         yield
-    except (ConfigError, UnknownNameError, FileNotFoundError, StoreError) as problem:
+    except (ConfigError, UnknownNameError, PluginError, FileNotFoundError, StoreError) as problem:
         err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(BAD_INPUT) from None
 
@@ -96,7 +97,15 @@ def list_tasks() -> None:
     table = Table("task", "description")
     for entry in TASKS:
         table.add_row(entry.name, entry.description)
+    _add_installed_plugins(table, TASKS)
     out.print(table)
+
+
+def _add_installed_plugins(table: Table, registry) -> None:
+    """One row per installed plugin (entry point) of ``registry``'s kind; plugins are not imported to list them."""
+    for name, point in sorted(registry.plugins.installed().items()):
+        if name not in registry:
+            table.add_row(name, f"plugin {point.value}" + (f" ({point.dist.name})" if point.dist else ""))
 
 
 @app.command("models")
@@ -115,6 +124,7 @@ def list_models(
         table = Table("model", "description")
         for entry in MODELS:
             table.add_row(entry.name, entry.description)
+        _add_installed_plugins(table, MODELS)
         out.print(table)
         return
     from sepbench.models.accounting import model_cost

@@ -1,0 +1,123 @@
+"""Plugins: mixers and tasks named by import path or by an installed entry point, wherever a config is built."""
+import itertools
+import re
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from sepbench.cli import app
+from sepbench.config import ConfigError, RunConfig
+from sepbench.models import MODELS
+from sepbench.models.mixers.lstm import LSTMMixer
+from sepbench.plugins import PluginError, load_import_path
+from sepbench.tasks import TASKS
+from sepbench.tasks.lookup import IndexLookup
+
+runner = CliRunner()
+MODULE_NUMBERS = itertools.count()
+PLUGIN_MODULE = """
+from sepbench.models.mixers.lstm import LSTMMixer
+from sepbench.tasks.lookup import IndexLookup
+
+
+class RenamedLSTM(LSTMMixer):
+    \"\"\"The LSTM mixer under a plugin's name.\"\"\"
+
+    default_lr = 0.004
+
+
+class RenamedLookup(IndexLookup):
+    \"\"\"Index Lookup under a plugin's name.\"\"\"
+
+
+class NotAMixer:
+    pass
+
+
+VALUE = 3
+"""
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A plugin module on the path, under a name no other test uses (the import system caches modules)."""
+    name = f"sepbench_test_plugin_{next(MODULE_NUMBERS)}"
+    (tmp_path / f"{name}.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_import_path_names_a_mixer_and_a_task(plugin):
+    cfg = RunConfig.build({"model": {"name": f"{plugin}:RenamedLSTM"},
+                           "task": {"name": f"{plugin}:RenamedLookup", "length": 12}})
+    mixer, task = MODELS.get(cfg.model.name), TASKS.get(cfg.task.name)
+    assert issubclass(mixer, LSTMMixer) and mixer.__name__ == "RenamedLSTM"
+    assert issubclass(task, IndexLookup) and task.__name__ == "RenamedLookup"
+    assert cfg.train.lr == 0.004  # the plugin's own default
+    assert cfg.model.name not in MODELS.names()  # plugins never join the built-in list
+
+
+def test_entry_point_of_an_installed_distribution(plugin, tmp_path):
+    dist = tmp_path / "my_mixers-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-mixers\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent(f"""\
+        [sepbench.mixers]
+        renamed_lstm_{plugin} = {plugin}:RenamedLSTM
+        [sepbench.tasks]
+        renamed_lookup_{plugin} = {plugin}:RenamedLookup
+        """))
+    cfg = RunConfig.build({"model": {"name": f"renamed_lstm_{plugin}"},
+                           "task": {"name": f"renamed_lookup_{plugin}", "length": 12}})
+    assert MODELS.get(cfg.model.name).__name__ == "RenamedLSTM"
+    assert TASKS.get(cfg.task.name).__name__ == "RenamedLookup"
+    with pytest.raises(ConfigError, match=f"installed plugins renamed_lstm_{plugin}"):
+        RunConfig.build({"model": {"name": "no_such_model"}})
+    listed = runner.invoke(app, ["models"], terminal_width=200)
+    assert f"renamed_lstm_{plugin}" in listed.stdout and "my-mixers" in listed.stdout
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("{plugin}:Missing", "module {plugin} has no 'Missing'"),
+    ("{plugin}:NotAMixer", "is the class NotAMixer, not a subclass of sepbench.models.mixers.base.Mixer"),
+    ("{plugin}:VALUE", r"not a class \(a int\)"),
+    ("no_such_package_29.mixers:Mixer", "importing module no_such_package_29.mixers failed: ModuleNotFoundError"),
+    ("sepbench.models.mixers.base:Mixer", "is abstract: it does not implement"),
+    (":Mixer", "is not an import path"),
+])
+def test_bad_plugins_are_one_line_config_errors(plugin, name, reason):
+    name = name.format(plugin=plugin)
+    with pytest.raises(ConfigError) as caught:
+        RunConfig.build({"model": {"name": name}})
+    message = str(caught.value)
+    assert f"model plugin '{name}'" in message and "\n" not in message
+    assert re.search(reason.format(plugin=plugin), message), message
+
+
+def test_a_plugin_whose_import_raises_names_the_error(tmp_path, monkeypatch):
+    (tmp_path / "plugin_raising.py").write_text("raise RuntimeError('cannot start\\nsecond line')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match=r"^task plugin 'plugin_raising:T': importing module plugin_raising failed: "
+                                          r"RuntimeError: cannot start$"):
+        load_import_path("plugin_raising:T", "task")
+    with pytest.raises(PluginError, match="RuntimeError: cannot start$"):
+        TASKS.get("plugin_raising:T")
+
+
+def test_cli_flags_and_set_take_plugins(plugin, store_path):
+    common = ["run", "--length", "12", "--width", "16", "--steps", "2", "--device", "cpu",
+              "--set", "train.eval_every=2", "--set", "train.eval_samples=20"]
+    by_flag = runner.invoke(app, common + ["--model", f"{plugin}:RenamedLSTM", "--task", f"{plugin}:RenamedLookup"])
+    assert by_flag.exit_code == 0, by_flag.output
+    by_set = runner.invoke(app, common + ["--set", f"model.name={plugin}:RenamedLSTM"])
+    assert by_set.exit_code == 0, by_set.output
+    assert f"{plugin}:RenamedLSTM" in by_flag.stdout
+
+
+def test_cli_refuses_a_bad_plugin_with_exit_2_and_trains_nothing(plugin, store_path):
+    result = runner.invoke(app, ["run", "--model", f"{plugin}:NotAMixer", "--length", "12", "--steps", "2"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"model plugin '{plugin}:NotAMixer'" in line
+    assert not store_path.exists()
