@@ -17,6 +17,8 @@ from sepbench.tasks.lookup import IndexLookup
 runner = CliRunner()
 MODULE_NUMBERS = itertools.count()
 PLUGIN_MODULE = """
+import torch
+
 from sepbench.models.mixers.lstm import LSTMMixer
 from sepbench.tasks.lookup import IndexLookup
 
@@ -29,6 +31,29 @@ class RenamedLSTM(LSTMMixer):
 
 class RenamedLookup(IndexLookup):
     \"\"\"Index Lookup under a plugin's name.\"\"\"
+
+
+class Stepless(LSTMMixer):
+    \"\"\"An LSTM without a step path.\"\"\"
+
+    def init_state(self, batch_size, device, dtype):
+        raise NotImplementedError
+
+
+class PeekingLSTM(LSTMMixer):
+    \"\"\"Adds the next token's input to each output: not causal.\"\"\"
+
+    def forward(self, x):
+        return super().forward(x) + torch.roll(x, -1, dims=1)
+
+
+class OffByOneLookup(IndexLookup):
+    \"\"\"Index Lookup whose samples point one symbol too far.\"\"\"
+
+    def sample_eval(self, n, rng, length=None):
+        batch = super().sample_eval(n, rng, length)
+        batch.targets[batch.mask] = (batch.targets[batch.mask] + 1) % self.vocab_size
+        return batch
 
 
 class NotAMixer:
@@ -74,7 +99,7 @@ def test_entry_point_of_an_installed_distribution(plugin, tmp_path):
     assert TASKS.get(cfg.task.name).__name__ == "RenamedLookup"
     with pytest.raises(ConfigError, match=f"installed plugins renamed_lstm_{plugin}"):
         RunConfig.build({"model": {"name": "no_such_model"}})
-    listed = runner.invoke(app, ["models"], terminal_width=200)
+    listed = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
     assert f"renamed_lstm_{plugin}" in listed.stdout and "my-mixers" in listed.stdout
 
 
@@ -121,3 +146,41 @@ def test_cli_refuses_a_bad_plugin_with_exit_2_and_trains_nothing(plugin, store_p
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and f"model plugin '{plugin}:NotAMixer'" in line
     assert not store_path.exists()
+
+
+def check_plugin(*args: str):
+    return runner.invoke(app, ["check-plugin", *args], env={"COLUMNS": "240"})
+
+
+def test_check_plugin_passes_a_mixer_and_names_a_missing_step_path(plugin):
+    good = check_plugin(f"{plugin}:RenamedLSTM", "--learn-steps", "0")
+    assert good.exit_code == 0, good.output
+    assert "7 passed, 0 failed, 0 absent" in good.stdout
+    stepless = check_plugin(f"{plugin}:Stepless", "--learn-steps", "0")
+    assert stepless.exit_code == 0, stepless.output
+    row = next(line for line in stepless.stdout.splitlines() if "step path = whole-sequence path" in line)
+    assert "absent" in row and "no step path" in row
+    assert "5 passed, 0 failed, 2 absent" in stepless.stdout
+
+
+def test_check_plugin_fails_a_mixer_that_sees_the_future(plugin):
+    result = check_plugin(f"{plugin}:PeekingLSTM", "--learn-steps", "0")
+    assert result.exit_code == 1
+    row = next(line for line in result.stdout.splitlines() if "causal" in line)
+    assert "fail" in row and "not causal" in row
+
+
+def test_check_plugin_checks_tasks(plugin):
+    good = check_plugin(f"{plugin}:RenamedLookup", "--samples", "200")
+    assert good.exit_code == 0 and "4 passed, 0 failed" in good.stdout, good.output
+    wrong = check_plugin(f"{plugin}:OffByOneLookup", "--samples", "200")
+    assert wrong.exit_code == 1
+    row = next(line for line in wrong.stdout.splitlines() if "samples pass the checker" in line)
+    assert "a sample_eval row fails the task's own checker" in row
+
+
+@pytest.mark.parametrize("name, message", [("{plugin}:NotAMixer", "neither a sepbench Mixer nor a sepbench Task"),
+                                           ("no_such_name", "unknown plugin 'no_such_name'")])
+def test_check_plugin_refuses_what_is_no_plugin(plugin, name, message):
+    result = check_plugin(name.format(plugin=plugin))
+    assert result.exit_code == 2 and message in result.stderr

@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
@@ -1150,6 +1151,57 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     counts = {name: sum(v.verdict == name for v in verdicts) for name in ("reproduced", "not reproduced",
                                                                            "inconclusive")}
     out.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False, soft_wrap=True)
+
+
+@app.command("check-plugin")
+def check_plugin(
+    plugin: str = typer.Argument(..., help="a mixer or task: package.module:Class, an installed plugin's name, or a "
+                                 "built-in name"),
+    learn_steps: int = typer.Option(1500, "--learn-steps", min=0,
+                                    help="most steps of a mixer's learning check (0 skips it)"),
+    length: int = typer.Option(12, min=2, help="task size N a task is checked at"),
+    samples: int = typer.Option(2000, min=1, help="rows of a task's sampling check"),
+) -> None:
+    """Run on a plugin the checks every built-in mixer (or task) passes; exit 1 when one fails.
+
+    A mixer without a step path (``step`` raising NotImplementedError) or without a closed-form state size or
+    FLOP count is reported as absent, not failed: it trains, but cannot be scored by generation.
+    """
+    import torch
+
+    from sepbench.conformance import kind_of
+
+    with bad_input_exits():
+        kind = kind_of(plugin)
+        found = _registry(kind).get(plugin)
+    torch.set_num_threads(_threads())
+    if kind == "model":
+        from sepbench.conformance.mixers import all_checks
+
+        checks = all_checks(plugin, learn_steps=learn_steps)
+    else:
+        from sepbench.conformance.tasks import all_checks
+
+        checks = all_checks(plugin, length, samples)
+    table = Table("check", "result", "detail", title=f"{kind} {plugin} ({found.__module__}.{found.__name__})")
+    style = {"pass": "green", "fail": "bold red", "absent": "yellow"}
+    for check in checks:
+        table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", Text(check.detail))
+    out.print(table)
+    counts = {status: sum(c.status == status for c in checks) for status in style}
+    out.print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['absent']} absent", highlight=False)
+    if counts["fail"]:
+        raise typer.Exit(1)
+
+
+def _registry(kind: str):
+    if kind == "model":
+        from sepbench.models import MODELS
+
+        return MODELS
+    from sepbench.tasks import TASKS
+
+    return TASKS
 
 
 def main() -> None:

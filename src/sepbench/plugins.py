@@ -40,9 +40,13 @@ class PluginKind:
             return None
         return self.check(name, _imported(name, self.kind, point.load, f"entry point {point.value}"))
 
+    def base_class(self) -> type:
+        module_name, _, attribute = self.base.partition(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
     def check(self, name: str, found: object) -> type:
         """``found`` when it is a concrete subclass of the base class; else a PluginError naming ``name``."""
-        base = _import_base(self.base)
+        base = self.base_class()
         if not (isinstance(found, type) and issubclass(found, base)):
             what = f"the class {found.__name__}" if isinstance(found, type) else f"not a class (a {type(found).__name__})"
             raise PluginError(f"{self.kind} plugin '{name}' is {what}, not a subclass of {base.__module__}."
@@ -79,11 +83,6 @@ def _imported(name: str, kind: str, load, what: str) -> object:
     except Exception as error:  # noqa: BLE001 - whatever a plugin's import raises is reported, not propagated
         reason = (str(error).strip().splitlines() or [""])[0]
         raise PluginError(f"{kind} plugin '{name}': importing {what} failed: {type(error).__name__}: {reason}") from None
-
-
-def _import_base(path: str) -> type:
-    module_name, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
 
 
 MIXER_PLUGINS = PluginKind("model", "sepbench.mixers", "sepbench.models.mixers.base:Mixer")

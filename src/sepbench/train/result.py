@@ -64,7 +64,7 @@ class RunResult(BaseModel):
     seconds_to_threshold: float | None = None
     wall_seconds: float = 0.0
     parameters: int = 0
-    state_floats: int = 0
+    state_floats: int | None = Field(0, description="None: the mixer has no step path to measure")
     device: str = "cpu"
     version: str = ""
     code_version: str = Field("", description="hash of the code that decides a result (environment.code_version)")
