@@ -11,6 +11,7 @@ from sepbench.config import ConfigError, RunConfig
 from sepbench.models import MODELS
 from sepbench.models.mixers.lstm import LSTMMixer
 from sepbench.plugins import PluginError, load_import_path
+from sepbench.store import Store
 from sepbench.tasks import TASKS
 from sepbench.tasks.lookup import IndexLookup
 
@@ -184,3 +185,37 @@ def test_check_plugin_checks_tasks(plugin):
 def test_check_plugin_refuses_what_is_no_plugin(plugin, name, message):
     result = check_plugin(name.format(plugin=plugin))
     assert result.exit_code == 2 and message in result.stderr
+
+
+TINY = ["--set", "train.steps=2", "--set", "train.eval_every=2", "--set", "train.eval_samples=20", "--set", "device=cpu"]
+
+
+def test_added_model_takes_every_catalogue_setting_of_the_claim(plugin):
+    from sepbench.claims import select
+    from sepbench.claims.placement import added_model_configs
+
+    (claim,) = select(claim_ids="dyck-depth")
+    added = added_model_configs(claim, "quick", f"{plugin}:RenamedLSTM")
+    catalogue = claim.configs("quick")
+    assert {c.model.name for c in added} == {f"{plugin}:RenamedLSTM"}
+    settings = lambda c: (c.task.model_dump_json(), c.model.layers, c.model.width, c.train.lr, c.train.steps, c.seed)  # noqa: E731
+    assert {settings(c) for c in added} == {settings(c) for c in catalogue}
+    assert len(added) == len({settings(c) for c in catalogue})
+
+
+def test_reproduce_with_model_trains_only_the_added_model(plugin, store_path):
+    trained = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--out", str(store_path.parent / "r"), *TINY])
+    assert trained.exit_code == 0, trained.output
+    catalogue = {r.config_hash: r.created_at for r in Store(store_path).results()}
+    placed = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--with-model", f"{plugin}:RenamedLSTM", *TINY],
+                           env={"COLUMNS": "200"})
+    assert placed.exit_code == 0, placed.output
+    after = {r.config_hash: r for r in Store(store_path).results()}
+    assert {k: after[k].created_at for k in catalogue} == catalogue  # the catalogue's runs are reused, not retrained
+    added = [r for k, r in after.items() if k not in catalogue]
+    assert len(added) == 12 and {r.config.model.name for r in added} == {f"{plugin}:RenamedLSTM"}
+    rows = [line for line in placed.stdout.splitlines() if line.startswith("│ dyck")]
+    assert [row.split("│")[3].strip() for row in rows] == [
+        "lstm-(1, 64)", "transformer-(1, 64)", f"{plugin}:RenamedLSTM-(1, 64)", "transformer-(2, 64)",
+        f"{plugin}:RenamedLSTM-(2, 64)"]
+    assert "not a verdict" in placed.stdout and "reproduced" not in placed.stdout

@@ -1045,11 +1045,15 @@ def reproduce(
     group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
                                              help="runs of one cell (seeds, lrs) trained stacked in one worker "
                                                   "[default: per device, 1 on CPU; see docs/sweeps.md]"),
+    with_model: Optional[str] = typer.Option(None, "--with-model", help="a model (package.module:Class, a plugin's "
+                                             "or a built-in name) to run on the claims' specs and place in a table "
+                                             "beside the catalogue's stored runs, instead of judging the claims"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
     Rerun the same command to resume; stored runs are reused. Verdicts (reproduced, not reproduced, inconclusive)
-    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md).
+    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md). With
+    --with-model, only that model's runs are trained and shown beside the catalogue's stored runs (no verdict).
     """
     from sepbench.claims import select
     from sepbench.claims.reproduce import judge, plan_claim
@@ -1068,6 +1072,10 @@ def reproduce(
             db.check_writable()
     if list_only:
         _print_catalogue(claims, scale.value)
+        return
+    if with_model is not None:
+        _place_model(claims, with_model, scale.value, db, overrides, workers, Reuse(retry_failed=retry_failed),
+                     group_size, dry_run)
         return
     if dry_run:
         _print_plan(plans, db, workers, scale.value, estimate)
@@ -1090,6 +1098,68 @@ def reproduce(
 
     page = write(verdicts, out_dir, _budget_text(scale.value, overrides))
     out.print(f"wrote {page} with {len(verdicts)} figures", highlight=False, soft_wrap=True)
+
+
+def _place_model(claims, model: str, scale: str, db: Store, overrides: dict, workers: int, reuse,
+                 group_size: int | None, dry_run: bool) -> None:
+    """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands."""
+    from sepbench.claims.placement import added_model_configs, place
+    from sepbench.sweep import plan
+    from sepbench.sweep.progress import SweepProgress
+
+    sweeps = [c for c in claims if c.kind == "sweep"]
+    for claim in claims:
+        if claim.kind == "theory":
+            err.print(f"note: {claim.id} is a theory claim (check {claim.check}); it has no runs to place {model} on",
+                      markup=False, highlight=False, soft_wrap=True)
+    with bad_input_exits():
+        added = {c.id: added_model_configs(c, scale, model, overrides) for c in sweeps}
+        todo = sum(len(plan(configs, db, reuse).todo) for configs in added.values())
+        if not dry_run:
+            db.check_writable()
+    out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
+              f"to train in {db.path}; the catalogue's models are not trained, their stored runs are shown",
+              highlight=False, soft_wrap=True, markup=False)
+    if dry_run:
+        return
+    progress = SweepProgress("reproduce --with-model", todo, err)
+    before = db.config_hashes()
+    placements = []
+    try:
+        with progress:
+            for claim in sweeps:
+                placements.append(place(claim, scale, db, model, overrides, workers=workers,
+                                        on_result=progress.advance, reuse=reuse, group_size=group_size))
+    except KeyboardInterrupt:
+        _interrupted(f"{len(_finished_runs(progress.finished, before, db))} runs finished", db.path)
+    for placement in placements:
+        _print_placement(placement, scale)
+
+
+def _print_placement(placement, scale: str) -> None:
+    claim = placement.claim
+    table = Table(title=f"{claim.id} ({claim.paper}, {claim.where}), {scale} scale: {placement.model} beside the "
+                        "catalogue's models")
+    for column in ("task", "N", "model", "best lr", "accuracy", "seeds", "cell"):
+        table.add_column(column, no_wrap=column != "model")
+    cells = placement.cells.assign(added=placement.cells.model == placement.model)
+    for row in cells.sort_values(["task", "length", "layers", "width", "added", "model"]).itertuples():
+        accuracy = "-" if row.best_accuracy != row.best_accuracy else f"{row.best_accuracy:.3f}"
+        best_lr = "-" if row.best_lr != row.best_lr else f"{row.best_lr:g}"
+        name = Text(f"{row.model}-({row.layers}, {row.width})", style="bold" if row.added else "")
+        table.add_row(row.task, str(row.length), name, best_lr, accuracy, str(row.seeds), row.verdict)
+    out.print(f"claim: {claim.text}", highlight=False, soft_wrap=True, markup=False)
+    out.print(table)
+    out.print(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {placement.threshold:g} "
+              f"in 2 of {claim.min_seeds} seeds there. A placement, not a verdict on the claim.",
+              highlight=False, soft_wrap=True)
+    if placement.catalogue_missing:
+        err.print(f"note: {placement.catalogue_missing} runs of the catalogue's models for {claim.id} are not in the "
+                  f"store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
+                  "trains them)", markup=False, highlight=False, soft_wrap=True)
+    if placement.added_missing:
+        err.print(f"note: {placement.added_missing} runs of {placement.model} are not in the store",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _budget_text(scale: str, overrides: dict) -> str:
