@@ -219,3 +219,9 @@ def test_reproduce_with_model_trains_only_the_added_model(plugin, store_path):
         "lstm-(1, 64)", "transformer-(1, 64)", f"{plugin}:RenamedLSTM-(1, 64)", "transformer-(2, 64)",
         f"{plugin}:RenamedLSTM-(2, 64)"]
     assert "not a verdict" in placed.stdout and "reproduced" not in placed.stdout
+
+
+def test_reproduce_with_a_bad_model_exits_2_and_trains_nothing(plugin, store_path):
+    result = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--with-model", f"{plugin}:NotAMixer", *TINY])
+    assert result.exit_code == 2 and f"model plugin '{plugin}:NotAMixer'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not store_path.exists()

@@ -1150,8 +1150,9 @@ def _print_placement(placement, scale: str) -> None:
         table.add_row(row.task, str(row.length), name, best_lr, accuracy, str(row.seeds), row.verdict)
     out.print(f"claim: {claim.text}", highlight=False, soft_wrap=True, markup=False)
     out.print(table)
-    out.print(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {placement.threshold:g} "
-              f"in 2 of {claim.min_seeds} seeds there. A placement, not a verdict on the claim.",
+    rule = placement.rule
+    out.print(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
+              f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.",
               highlight=False, soft_wrap=True)
     if placement.catalogue_missing:
         err.print(f"note: {placement.catalogue_missing} runs of the catalogue's models for {claim.id} are not in the "

@@ -45,14 +45,15 @@ class Placement:
     trained: int
     catalogue_missing: int
     added_missing: int
-    threshold: float
+    rule: SolvedRule
 
 
 def place(claim: Claim, scale: str, store: Store, model: str, overrides: dict[str, Any] | None = None,
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
           group_size: int | None = None, train: bool = True) -> Placement:
     """Train the added model's runs the store lacks (never the catalogue's), then tabulate every stored run of
-    both: per cell, the best learning rate's mean accuracy and how many seeds reach the threshold."""
+    both: per cell, the best learning rate's mean accuracy and whether the cell is solved (``k`` of the claim's
+    ``min_seeds`` seeds at the runs' threshold)."""
     catalogue_configs = claim.configs(scale, overrides)
     added = added_model_configs(claim, scale, model, overrides)
     todo = plan(added, store, reuse).todo
@@ -63,9 +64,9 @@ def place(claim: Claim, scale: str, store: Store, model: str, overrides: dict[st
         run_sweep(todo, store, workers=min(workers, len(todo)), on_result=on_result, reuse=reuse, group_size=size)
     stored = {cfg.config_hash(): store.get(cfg.config_hash()) for cfg in [*catalogue_configs, *added]}
     results = [r for r in stored.values() if r is not None]
-    threshold = catalogue_configs[0].train.threshold
-    cells = select_lr(results, SolvedRule(threshold=threshold, k=min(2, claim.min_seeds), m=claim.min_seeds))
+    rule = SolvedRule(threshold=catalogue_configs[0].train.threshold, k=min(2, claim.min_seeds), m=claim.min_seeds)
+    cells = select_lr(results, rule)
     missing = {key for key, result in stored.items() if result is None}
     return Placement(claim, model, cells, len(todo) if train else 0,
                      sum(cfg.config_hash() in missing for cfg in catalogue_configs),
-                     sum(cfg.config_hash() in missing for cfg in added), threshold)
+                     sum(cfg.config_hash() in missing for cfg in added), rule)
