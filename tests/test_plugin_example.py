@@ -35,8 +35,11 @@ def tiny_spec(folder: Path, mixer: str, task: str) -> Path:
 
 @pytest.mark.slow
 def test_by_import_path_checked_swept_on_two_workers_and_placed(tmp_path, monkeypatch, store_path):
+    from sepbench import cli
+
     monkeypatch.syspath_prepend(str(EXAMPLE / "src"))  # spawned pool workers start with this process's path
-    runner = CliRunner(env={"COLUMNS": "200"})
+    monkeypatch.setattr(cli.out, "width", 240)  # the console's width is fixed when sepbench.cli is first imported
+    runner = CliRunner()
     mixer = runner.invoke(app, ["check-plugin", MIXER, "--learn-steps", "400"])
     assert mixer.exit_code == 0 and "8 passed, 0 failed, 0 absent" in mixer.stdout, mixer.output
     task = runner.invoke(app, ["check-plugin", TASK, "--length", "20", "--samples", "500"])

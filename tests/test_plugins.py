@@ -65,6 +65,14 @@ VALUE = 3
 """
 
 
+@pytest.fixture(autouse=True)
+def wide_tables(monkeypatch):
+    """Tables as wide as their rows: the console's width is fixed when sepbench.cli is first imported."""
+    from sepbench import cli
+
+    monkeypatch.setattr(cli.out, "width", 240)
+
+
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A plugin module on the path, under a name no other test uses (the import system caches modules)."""
@@ -100,7 +108,7 @@ def test_entry_point_of_an_installed_distribution(plugin, tmp_path):
     assert TASKS.get(cfg.task.name).__name__ == "RenamedLookup"
     with pytest.raises(ConfigError, match=f"installed plugins renamed_lstm_{plugin}"):
         RunConfig.build({"model": {"name": "no_such_model"}})
-    listed = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    listed = runner.invoke(app, ["models"])
     assert f"renamed_lstm_{plugin}" in listed.stdout and "my-mixers" in listed.stdout
 
 
@@ -150,7 +158,7 @@ def test_cli_refuses_a_bad_plugin_with_exit_2_and_trains_nothing(plugin, store_p
 
 
 def check_plugin(*args: str):
-    return runner.invoke(app, ["check-plugin", *args], env={"COLUMNS": "240"})
+    return runner.invoke(app, ["check-plugin", *args])
 
 
 def test_check_plugin_passes_a_mixer_and_names_a_missing_step_path(plugin):
@@ -207,8 +215,7 @@ def test_reproduce_with_model_trains_only_the_added_model(plugin, store_path):
     trained = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--out", str(store_path.parent / "r"), *TINY])
     assert trained.exit_code == 0, trained.output
     catalogue = {r.config_hash: r.created_at for r in Store(store_path).results()}
-    placed = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--with-model", f"{plugin}:RenamedLSTM", *TINY],
-                           env={"COLUMNS": "200"})
+    placed = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--with-model", f"{plugin}:RenamedLSTM", *TINY])
     assert placed.exit_code == 0, placed.output
     after = {r.config_hash: r for r in Store(store_path).results()}
     assert {k: after[k].created_at for k in catalogue} == catalogue  # the catalogue's runs are reused, not retrained
