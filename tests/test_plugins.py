@@ -232,3 +232,11 @@ def test_reproduce_with_a_bad_model_exits_2_and_trains_nothing(plugin, store_pat
     result = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--with-model", f"{plugin}:NotAMixer", *TINY])
     assert result.exit_code == 2 and f"model plugin '{plugin}:NotAMixer'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not store_path.exists()
+
+
+def test_a_mixer_without_a_step_path_trains_and_stores_no_state_size(plugin, store_path):
+    result = runner.invoke(app, ["run", "--model", f"{plugin}:Stepless", "--length", "12", "--width", "16", "--steps",
+                                 "2", "--device", "cpu", "--set", "train.eval_every=2", "--set", "train.eval_samples=20"])
+    assert result.exit_code == 0, result.output
+    (stored,) = Store(store_path).results()
+    assert stored.status in ("completed", "solved") and stored.state_floats is None and stored.parameters > 0
