@@ -4,10 +4,7 @@ import torch
 
 from sepbench.conformance import mixers
 from sepbench.models import MODELS
-from sepbench.models.accounting import (
-    count_state_floats, model_cost, paper_flops, state_size,
-)
-
+from sepbench.models.accounting import count_state_floats, model_cost, paper_flops, state_size
 
 make = mixers.accounting_model
 
