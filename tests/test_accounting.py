@@ -2,30 +2,19 @@
 import pytest
 import torch
 
-from sepbench.config import ModelConfig
-from sepbench.models import MODELS, build_model
-from sepbench.models.accounting import (
-    count_state_floats, forward_flops, measure_flops, measure_state_size, model_cost, paper_flops, state_size,
-)
+from sepbench.conformance import mixers
+from sepbench.models import MODELS
+from sepbench.models.accounting import count_state_floats, model_cost, paper_flops, state_size
+
+make = mixers.accounting_model
 
 
-def make(name: str, max_len: int = 40) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return build_model(ModelConfig(name=name, layers=2, width=16, heads=2), 11, max_len).eval()
-
-
+@pytest.mark.parametrize("check", [mixers.state_matches_closed_form, mixers.flops_match_closed_form],
+                         ids=lambda check: check.__name__)
 @pytest.mark.parametrize("name", MODELS.names())
-def test_measured_state_matches_closed_form(name):
-    model = make(name)
-    for length in (1, 9, 23, 40):
-        assert measure_state_size(model, length) == state_size(model, length), length
-
-
-@pytest.mark.parametrize("name", MODELS.names())
-def test_counted_flops_match_closed_form(name):
-    model = make(name)
-    for length in (7, 40):
-        assert measure_flops(model, torch.zeros(1, length, dtype=torch.long)) == forward_flops(model, length), length
+def test_measured_state_and_flops_match_closed_forms(name, check):
+    outcome = check(name)
+    assert outcome.status == "pass", outcome.detail
 
 
 def test_state_grows_with_length_only_for_attention_caches():

@@ -1,49 +1,21 @@
 import pytest
 import torch
 
-from sepbench.config import ModelConfig
-from sepbench.models import MODELS, build_model
+from sepbench.conformance import mixers
+from sepbench.models import MODELS
 
-VOCAB, LENGTH = 17, 24
-
-
-def make(name: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    cfg = ModelConfig(name=name, layers=2, width=32, heads=4, **overrides)
-    return build_model(cfg, VOCAB, LENGTH).double().eval()
+VOCAB, LENGTH = mixers.VOCAB, mixers.LENGTH
+make = mixers.path_model
 
 
+CONTRACT = [mixers.step_matches_parallel, mixers.causal, mixers.initialisation_left_alone, mixers.parameters_train]
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda check: check.__name__)
 @pytest.mark.parametrize("name", MODELS.names())
-def test_step_path_matches_whole_sequence_path(name):
-    model = make(name)
-    tokens = torch.randint(0, VOCAB, (3, LENGTH))
-    with torch.no_grad():
-        full = model(tokens)
-        state = model.init_state(3)
-        stepped = []
-        for t in range(LENGTH):
-            logits, state = model.step(tokens[:, t], state)
-            stepped.append(logits)
-    torch.testing.assert_close(torch.stack(stepped, 1), full, rtol=1e-9, atol=1e-9)
-
-
-@pytest.mark.parametrize("name", MODELS.names())
-def test_whole_sequence_path_is_causal(name):
-    model = make(name)
-    tokens = torch.randint(0, VOCAB, (2, LENGTH))
-    changed = tokens.clone()
-    changed[:, 10:] = (changed[:, 10:] + 1) % VOCAB
-    with torch.no_grad():
-        torch.testing.assert_close(model(tokens)[:, :10], model(changed)[:, :10])
-
-
-@pytest.mark.parametrize("name", MODELS.names())
-def test_backbone_initialisation_leaves_mixers_alone(name):
-    model = make(name)
-    before = {k: v.clone() for k, v in model.blocks.state_dict().items() if ".mixer." in k}
-    model._init_own_parameters()
-    after = model.blocks.state_dict()
-    assert before and all(torch.equal(before[k], after[k]) for k in before)
+def test_every_mixer_keeps_the_contract(name, check):
+    outcome = check(name)
+    assert outcome.status == "pass", outcome.detail
 
 
 def test_lstm_keeps_its_forget_gate_bias():

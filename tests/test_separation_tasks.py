@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+from sepbench.conformance import tasks
 from sepbench.tasks import TASKS, build_task
 from sepbench.tasks.base import Batch
 from sepbench.tasks.dyck import count_dyck, is_dyck, minimal_dfa_live_states
@@ -15,41 +16,22 @@ CASES = [
 ]
 
 
-def all_pass(task, batch) -> bool:
-    rows = zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.tolist())
-    return all(task.check(inputs, targets, mask) for inputs, targets, mask in rows)
-
-
 @pytest.mark.parametrize("name,length,options", CASES)
 def test_ten_thousand_samples_pass_the_checker(name, length, options):
-    task = build_task(name, length, options)
-    rng = np.random.default_rng(0)
-    train = task.sample_train(10_000, rng)
-    assert train.inputs.shape[1] <= task.max_seq_len() and int(train.inputs.max()) < task.vocab_size
-    assert all_pass(task, train)
-    evaluation = task.sample_eval(10_000, rng)
-    assert evaluation.inputs.shape[1] == task.max_seq_len()
-    assert all_pass(task, evaluation)
+    outcome = tasks.samples_pass_checker(build_task(name, length, options), samples=10_000)
+    assert outcome.status == "pass", outcome.detail
 
 
 @pytest.mark.parametrize("name,length,options", CASES[::3])
 def test_checker_rejects_a_changed_target(name, length, options):
-    task = build_task(name, length, options)
-    batch = task.sample_eval(200, np.random.default_rng(1))
-    targets = batch.targets.clone()
-    first = batch.mask.int().argmax(1)
-    rows = torch.arange(len(batch))
-    targets[rows, first] = torch.where(targets[rows, first] == 0, 1, targets[rows, first] - 1)
-    assert not any(task.check(batch.inputs[i], targets[i], batch.mask[i]) for i in range(len(batch)))
+    outcome = tasks.checker_rejects_changed_target(build_task(name, length, options))
+    assert outcome.status == "pass", outcome.detail
 
 
 @pytest.mark.parametrize("name,length,options", CASES[::2])
 def test_same_seed_same_data(name, length, options):
-    task = build_task(name, length, options)
-    a, b = (task.sample_train(300, np.random.default_rng(5)) for _ in range(2))
-    c = task.sample_train(300, np.random.default_rng(6))
-    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets) and torch.equal(a.mask, b.mask)
-    assert not torch.equal(a.inputs, c.inputs)
+    outcome = tasks.same_seed_same_data(build_task(name, length, options))
+    assert outcome.status == "pass", outcome.detail
 
 
 @pytest.mark.parametrize("name,length,other", [("dyck", 20, 40), ("eq_random", 20, 60), ("eq_ncp", 20, 8),
@@ -58,7 +40,7 @@ def test_evaluation_at_other_lengths(name, length, other):
     task = build_task(name, length)
     batch = task.sample_eval(500, np.random.default_rng(2), other)
     assert batch.inputs.shape[1] == task.max_seq_len(other)
-    assert all_pass(task, batch)
+    assert tasks.all_pass(task, batch)
 
 
 def test_dyck_counts_and_dfa_follow_lemma_1():
@@ -155,7 +137,7 @@ def test_evaluation_at_other_lengths(name, length, options, other):
     task = build_task(name, length, options)
     for n in other:
         batch = task.sample_eval(500, np.random.default_rng(n), n)
-        assert batch.inputs.shape[1] == task.max_seq_len(n) and all_pass(task, batch)
+        assert batch.inputs.shape[1] == task.max_seq_len(n) and tasks.all_pass(task, batch)
     from sepbench.config import RunConfig
     from sepbench.train import train
 
@@ -170,7 +152,7 @@ def test_distinct_points_for_nearest_neighbor():
     task = build_task("nearest_neighbor", 40, {"dims": 5, "distinct": True, "queries": "recall"})
     batch = task.sample_eval(300, np.random.default_rng(0))
     first = batch.inputs[:, 0:40:2]
-    assert all(len(set(row.tolist())) == 20 for row in first) and all_pass(task, batch)
+    assert all(len(set(row.tolist())) == 20 for row in first) and tasks.all_pass(task, batch)
     with pytest.raises(ValueError, match="2\\^dims >= N/2"):
         build_task("nearest_neighbor", 80, {"dims": 5, "distinct": True}).sample_eval(1, np.random.default_rng(0))
 
@@ -196,7 +178,7 @@ def test_mqar_queries_are_a_uniform_order_of_the_pairs(options):
     task = build_task("mqar", pairs, options)
     batch = task.sample_train(rows, np.random.default_rng(2))
     inputs = batch.inputs.numpy()
-    assert all_pass(task, Batch(batch.inputs[:200], batch.targets[:200], batch.mask[:200]))
+    assert tasks.all_pass(task, Batch(batch.inputs[:200], batch.targets[:200], batch.mask[:200]))
     queries = inputs[:, 2 * pairs :: 2]
     slot_of_first_key = (queries == inputs[:, :1]).argmax(axis=1)
     assert ((queries == inputs[:, :1]).sum(axis=1) == 1).all()

@@ -1,7 +1,7 @@
 """Every architecture, at its default learning rate, learns a small Index Lookup (a real threshold)."""
 import pytest
 
-from sepbench import RunConfig, train
+from sepbench.conformance import mixers
 
 # (model, N, steps): budgets measured on CPU with a margin. The recurrent models get N = 5: at N = 20 a
 # width-64 LSTM or DSS must hold all symbols in its state (Thm 3) and learns far slower; their 3000-step
@@ -20,11 +20,5 @@ def test_every_architecture_has_a_learning_budget():
 
 @pytest.mark.parametrize("name,length,steps", BUDGETS)
 def test_learns_short_index_lookup(name, length, steps):
-    cfg = RunConfig.build({
-        "task": {"name": "index_lookup", "length": length, "options": {"min_length": min(length, 10)}},
-        "model": {"name": name, "layers": 2, "width": 64},
-        "train": {"steps": steps, "batch_size": 32, "eval_every": 50, "eval_samples": 500, "threshold": 0.9},
-        "device": "cpu",
-    })
-    result = train(cfg)
-    assert result.status == "solved" and result.accuracy >= 0.9, (result.steps, result.curve[-3:])
+    outcome = mixers.learns_index_lookup(name, length, steps, threshold=0.9)
+    assert outcome.status == "pass", outcome.detail

@@ -12,10 +12,12 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sepbench.config import (
     ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments,
 )
+from sepbench.plugins import PluginError
 from sepbench.registry import UnknownNameError
 from sepbench.store import StoreError
 
@@ -77,7 +79,7 @@ def bad_input_exits() -> Iterator[None]:
     """Turn a configuration problem into one line on stderr and exit code 2."""
     try:
         yield
-    except (ConfigError, UnknownNameError, FileNotFoundError, StoreError) as problem:
+    except (ConfigError, UnknownNameError, PluginError, FileNotFoundError, StoreError) as problem:
         err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(BAD_INPUT) from None
 
@@ -96,7 +98,15 @@ def list_tasks() -> None:
     table = Table("task", "description")
     for entry in TASKS:
         table.add_row(entry.name, entry.description)
+    _add_installed_plugins(table, TASKS)
     out.print(table)
+
+
+def _add_installed_plugins(table: Table, registry) -> None:
+    """One row per installed plugin (entry point) of ``registry``'s kind; plugins are not imported to list them."""
+    for name, point in sorted(registry.plugins.installed().items()):
+        if name not in registry:
+            table.add_row(name, f"plugin {point.value}" + (f" ({point.dist.name})" if point.dist else ""))
 
 
 @app.command("models")
@@ -115,6 +125,7 @@ def list_models(
         table = Table("model", "description")
         for entry in MODELS:
             table.add_row(entry.name, entry.description)
+        _add_installed_plugins(table, MODELS)
         out.print(table)
         return
     from sepbench.models.accounting import model_cost
@@ -1034,11 +1045,15 @@ def reproduce(
     group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
                                              help="runs of one cell (seeds, lrs) trained stacked in one worker "
                                                   "[default: per device, 1 on CPU; see docs/sweeps.md]"),
+    with_model: Optional[str] = typer.Option(None, "--with-model", help="a model (package.module:Class, a plugin's "
+                                             "or a built-in name) to run on the claims' specs and place in a table "
+                                             "beside the catalogue's stored runs, instead of judging the claims"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
     Rerun the same command to resume; stored runs are reused. Verdicts (reproduced, not reproduced, inconclusive)
-    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md).
+    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md). With
+    --with-model, only that model's runs are trained and shown beside the catalogue's stored runs (no verdict).
     """
     from sepbench.claims import select
     from sepbench.claims.reproduce import judge, plan_claim
@@ -1057,6 +1072,10 @@ def reproduce(
             db.check_writable()
     if list_only:
         _print_catalogue(claims, scale.value)
+        return
+    if with_model is not None:
+        _place_model(claims, with_model, scale.value, db, overrides, workers, Reuse(retry_failed=retry_failed),
+                     group_size, dry_run)
         return
     if dry_run:
         _print_plan(plans, db, workers, scale.value, estimate)
@@ -1079,6 +1098,69 @@ def reproduce(
 
     page = write(verdicts, out_dir, _budget_text(scale.value, overrides))
     out.print(f"wrote {page} with {len(verdicts)} figures", highlight=False, soft_wrap=True)
+
+
+def _place_model(claims, model: str, scale: str, db: Store, overrides: dict, workers: int, reuse,
+                 group_size: int | None, dry_run: bool) -> None:
+    """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands."""
+    from sepbench.claims.placement import added_model_configs, place
+    from sepbench.sweep import plan
+    from sepbench.sweep.progress import SweepProgress
+
+    sweeps = [c for c in claims if c.kind == "sweep"]
+    for claim in claims:
+        if claim.kind == "theory":
+            err.print(f"note: {claim.id} is a theory claim (check {claim.check}); it has no runs to place {model} on",
+                      markup=False, highlight=False, soft_wrap=True)
+    with bad_input_exits():
+        added = {c.id: added_model_configs(c, scale, model, overrides) for c in sweeps}
+        todo = sum(len(plan(configs, db, reuse).todo) for configs in added.values())
+        if not dry_run:
+            db.check_writable()
+    out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
+              f"to train in {db.path}; the catalogue's models are not trained, their stored runs are shown",
+              highlight=False, soft_wrap=True, markup=False)
+    if dry_run:
+        return
+    progress = SweepProgress("reproduce --with-model", todo, err)
+    before = db.config_hashes()
+    placements = []
+    try:
+        with progress:
+            for claim in sweeps:
+                placements.append(place(claim, scale, db, model, overrides, workers=workers,
+                                        on_result=progress.advance, reuse=reuse, group_size=group_size))
+    except KeyboardInterrupt:
+        _interrupted(f"{len(_finished_runs(progress.finished, before, db))} runs finished", db.path)
+    for placement in placements:
+        _print_placement(placement, scale)
+
+
+def _print_placement(placement, scale: str) -> None:
+    claim = placement.claim
+    table = Table(title=f"{claim.id} ({claim.paper}, {claim.where}), {scale} scale: {placement.model} beside the "
+                        "catalogue's models")
+    for column in ("task", "N", "model", "best lr", "accuracy", "seeds", "cell"):
+        table.add_column(column, no_wrap=column != "model")
+    cells = placement.cells.assign(added=placement.cells.model == placement.model)
+    for row in cells.sort_values(["task", "length", "layers", "width", "added", "model"]).itertuples():
+        accuracy = "-" if row.best_accuracy != row.best_accuracy else f"{row.best_accuracy:.3f}"
+        best_lr = "-" if row.best_lr != row.best_lr else f"{row.best_lr:g}"
+        name = Text(f"{row.model}-({row.layers}, {row.width})", style="bold" if row.added else "")
+        table.add_row(row.task, str(row.length), name, best_lr, accuracy, str(row.seeds), row.verdict)
+    out.print(f"claim: {claim.text}", highlight=False, soft_wrap=True, markup=False)
+    out.print(table)
+    rule = placement.rule
+    out.print(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
+              f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.",
+              highlight=False, soft_wrap=True)
+    if placement.catalogue_missing:
+        err.print(f"note: {placement.catalogue_missing} runs of the catalogue's models for {claim.id} are not in the "
+                  f"store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
+                  "trains them)", markup=False, highlight=False, soft_wrap=True)
+    if placement.added_missing:
+        err.print(f"note: {placement.added_missing} runs of {placement.model} are not in the store",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _budget_text(scale: str, overrides: dict) -> str:
@@ -1140,6 +1222,57 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     counts = {name: sum(v.verdict == name for v in verdicts) for name in ("reproduced", "not reproduced",
                                                                            "inconclusive")}
     out.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False, soft_wrap=True)
+
+
+@app.command("check-plugin")
+def check_plugin(
+    plugin: str = typer.Argument(..., help="a mixer or task: package.module:Class, an installed plugin's name, or a "
+                                 "built-in name"),
+    learn_steps: int = typer.Option(1500, "--learn-steps", min=0,
+                                    help="most steps of a mixer's learning check (0 skips it)"),
+    length: int = typer.Option(12, min=2, help="task size N a task is checked at"),
+    samples: int = typer.Option(2000, min=1, help="rows of a task's sampling check"),
+) -> None:
+    """Run on a plugin the checks every built-in mixer (or task) passes; exit 1 when one fails.
+
+    A mixer without a step path (``step`` raising NotImplementedError) or without a closed-form state size or
+    FLOP count is reported as absent, not failed: it trains, but cannot be scored by generation.
+    """
+    import torch
+
+    from sepbench.conformance import kind_of
+
+    with bad_input_exits():
+        kind = kind_of(plugin)
+        found = _registry(kind).get(plugin)
+    torch.set_num_threads(_threads())
+    if kind == "model":
+        from sepbench.conformance.mixers import all_checks
+
+        checks = all_checks(plugin, learn_steps=learn_steps)
+    else:
+        from sepbench.conformance.tasks import all_checks
+
+        checks = all_checks(plugin, length, samples)
+    table = Table("check", "result", "detail", title=f"{kind} {plugin} ({found.__module__}.{found.__name__})")
+    style = {"pass": "green", "fail": "bold red", "absent": "yellow"}
+    for check in checks:
+        table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", Text(check.detail))
+    out.print(table)
+    counts = {status: sum(c.status == status for c in checks) for status in style}
+    out.print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['absent']} absent", highlight=False)
+    if counts["fail"]:
+        raise typer.Exit(1)
+
+
+def _registry(kind: str):
+    if kind == "model":
+        from sepbench.models import MODELS
+
+        return MODELS
+    from sepbench.tasks import TASKS
+
+    return TASKS
 
 
 def main() -> None:

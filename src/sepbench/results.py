@@ -97,7 +97,7 @@ def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
         row["loss_mean"] = float(ok.loss.mean()) if len(ok) else np.nan
         row.update({f"{m}_mean": float(ok[m].mean()) if len(ok) else np.nan
                     for m in metrics if m not in ("accuracy", "loss")})
-        row.update({"parameters": int(first.parameters), "state_floats": int(first.state_floats),
+        row.update({"parameters": int(first.parameters), "state_floats": None if pd.isna(first.state_floats) else int(first.state_floats),
                     "wall_seconds": float(group.wall_seconds.sum()),
                     "errors": "; ".join(dict.fromkeys(e for e in group.error if isinstance(e, str) and e)) or None,
                     "config_hashes": ",".join(group.config_hash)})

@@ -48,6 +48,14 @@ def measure_state_size(model: SequenceModel, length: int) -> int:
     return count_state_floats(state.blocks)
 
 
+def stored_state_size(model: SequenceModel, length: int) -> int | None:
+    """``measure_state_size``, or None for a model whose mixer has no step path (it trains teacher-forced only)."""
+    try:
+        return measure_state_size(model, length)
+    except NotImplementedError:
+        return None
+
+
 def state_size(model: SequenceModel, length: int) -> int:
     """Closed form of ``measure_state_size``: the sum of each block's mixer state after ``length`` tokens."""
     return sum(block.mixer.state_floats(length) for block in model.blocks)

@@ -10,6 +10,7 @@ import torch
 from pydantic import BaseModel
 
 from sepbench.config import NoOptions
+from sepbench.plugins import TASK_PLUGINS
 from sepbench.registry import Registry
 
 
@@ -112,4 +113,4 @@ class Task(ABC):
         return self.correct_tokens(logits.argmax(-1), batch)
 
 
-TASKS: Registry[type[Task]] = Registry("task")
+TASKS: Registry[type[Task]] = Registry("task", TASK_PLUGINS)

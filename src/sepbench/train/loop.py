@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sepbench.config import RunConfig, TrainConfig
 from sepbench.models import SequenceModel, build_model
-from sepbench.models.accounting import count_parameters, measure_state_size
+from sepbench.models.accounting import count_parameters, stored_state_size
 from sepbench.tasks import Batch, Task, build_task
 from sepbench.train.data_cache import cached_split
 from sepbench.train.decode import evaluate_by_generation
@@ -290,7 +290,7 @@ class Trainer:
         final = self.assess(full=True, resume=current)
         result.metrics = final.metrics
         result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
-        result.state_floats = measure_state_size(self.model, self.task.max_seq_len())
+        result.state_floats = stored_state_size(self.model, self.task.max_seq_len())
 
     def finish(self) -> RunResult:
         """The result of what was trained so far: status, final metrics, state size and training seconds."""

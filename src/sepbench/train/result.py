@@ -64,7 +64,7 @@ class RunResult(BaseModel):
     seconds_to_threshold: float | None = None
     wall_seconds: float = 0.0
     parameters: int = 0
-    state_floats: int = 0
+    state_floats: int | None = Field(0, description="None: the mixer has no step path to measure")
     device: str = "cpu"
     compute_paths: dict[str, str] = Field(default_factory=dict, description="the implementation of each mixer "
                                           "computation that has several, e.g. {'scan': 'fused'} for Mamba")

@@ -1,0 +1,1 @@
+"""An example sepbench plugin: a sliding-window attention mixer and a lag lookup task."""
