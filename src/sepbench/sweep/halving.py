@@ -17,8 +17,9 @@ from typing import Sequence
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
-from sepbench.sweep.pool import executor_initializer
+from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.search import cell_key
+from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer
 from sepbench.train.result import RunResult
 
@@ -113,8 +114,8 @@ def lr_score(results: Sequence[RunResult], step: int) -> Score | None:
 class _Run:
     """One config of a cell: its stored result, or a Trainer held between rungs, or the result it finished with."""
 
-    def __init__(self, config: RunConfig, stored: RunResult | None) -> None:
-        self.config, self.stored = config, stored
+    def __init__(self, config: RunConfig, stored: RunResult | None, keeping: Keeping) -> None:
+        self.config, self.stored, self.keeping = config, stored, keeping
         self.result: RunResult | None = stored
         self.trainer: Trainer | None = None
         self.finished = stored is not None
@@ -124,7 +125,7 @@ class _Run:
             return
         try:
             if self.trainer is None:
-                self.trainer = Trainer(self.config)
+                self.trainer = Trainer(self.config, self.keeping)
             self.result = self.trainer.train_until(step)
             if self.trainer.stopped:
                 self._finish()
@@ -169,12 +170,13 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     """Successive halving over the learning rates of one cell (its configs differ only in lr and seed).
 
     Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
-    what the store lacks (the survivors of an interrupted rung start again from step 0). Once every seed of a
+    what the store lacks (the survivors of an interrupted rung resume from their checkpoints). Once every seed of a
     learning rate has solved and early-stopped, it wins and the others stop at that rung.
     """
     outcome = HalvingOutcome(total=len(configs), skipped=0)
     lrs = list(dict.fromkeys(float(cfg.train.lr) for cfg in configs))
-    runs = {lr: [_Run(cfg, store.get(cfg.config_hash())) for cfg in configs if cfg.train.lr == lr] for lr in lrs}
+    runs = {lr: [_Run(cfg, store.get(cfg.config_hash()), Keeping.beside(store)) for cfg in configs
+                 if cfg.train.lr == lr] for lr in lrs}
     outcome.skipped = sum(run.stored is not None for group in runs.values() for run in group)
     protocol = configs[0].train
 
@@ -249,7 +251,8 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
         context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool:
+                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
+                stopped_on_interrupt(pool):
             futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta): cell
                        for cell in todo}
             remaining = set(futures)
