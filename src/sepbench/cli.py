@@ -313,9 +313,15 @@ def run(
 
 def _use_data_cache(folder: Path | None) -> None:
     """Cache fixed CoT data sets in ``folder`` for this process and the workers it starts (docs/cot_tasks.md)."""
-    import os
-
     from sepbench.train.data_cache import CACHE_ENV
+
+    _folder_for_workers(folder, CACHE_ENV, "--data-cache")
+
+
+def _folder_for_workers(folder: Path | None, variable: str, flag: str) -> None:
+    """Create ``folder`` (given as ``flag``) and name it, absolute, in ``variable`` for this process and the
+    workers it starts; nothing when ``folder`` is None."""
+    import os
 
     if folder is None:
         return
@@ -323,9 +329,9 @@ def _use_data_cache(folder: Path | None) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as problem:
-        raise ConfigError(f"--data-cache {folder} cannot be used as a folder ({problem.strerror}); give a "
+        raise ConfigError(f"{flag} {folder} cannot be used as a folder ({problem.strerror}); give a "
                           "writable folder") from None
-    os.environ[CACHE_ENV] = str(folder.resolve())
+    os.environ[variable] = str(folder.resolve())
 
 
 def _code_of(result) -> str:
@@ -824,22 +830,14 @@ def _checkpoint_step(path: Path) -> str:
 
 def _use_watch_folders(checkpoints: Path | None, tensorboard: Path | None) -> None:
     """``--checkpoints`` and ``--tensorboard`` for this process and the workers it starts, as absolute paths."""
-    import os
-
+    from sepbench.extras import require
     from sepbench.store import CHECKPOINTS_ENV
     from sepbench.train.watch import TENSORBOARD_ENV
 
-    for folder, variable, flag in ((checkpoints, CHECKPOINTS_ENV, "--checkpoints"),
-                                   (tensorboard, TENSORBOARD_ENV, "--tensorboard")):
-        if folder is None:
-            continue
-        folder = folder.expanduser()
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as problem:
-            raise ConfigError(f"{flag} {folder} cannot be used as a folder ({problem.strerror}); give a writable "
-                              "folder") from None
-        os.environ[variable] = str(folder.resolve())
+    if tensorboard is not None:
+        require("tensorboard", "tensorboard", "--tensorboard")
+    _folder_for_workers(checkpoints, CHECKPOINTS_ENV, "--checkpoints")
+    _folder_for_workers(tensorboard, TENSORBOARD_ENV, "--tensorboard")
 
 
 def _parse_ints(text: str, option: str) -> list[int]:

@@ -150,7 +150,8 @@ class _Run:
 
 @dataclass
 class HalvingOutcome:
-    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained, ``cut_at`` maps the
+    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained (a run resumes in the call
+    that finishes it, so steps before its last checkpoint are left out), ``cut_at`` maps the
     config hash of every run whose learning rate was cut (stored now or before) to the rung step of the cut."""
 
     total: int
@@ -186,7 +187,7 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
             if result is not None:
                 store.put(result)
                 outcome.results.append(result)
-                outcome.steps += result.steps
+                outcome.steps += result.steps - (result.resumed_from[-1] if result.resumed_from else 0)
                 if on_result is not None:
                     on_result(result)
 

@@ -177,6 +177,8 @@ class Checkpoint:
     def load(self, keep_other_kind: bool = False) -> dict[str, Any] | None:
         """The saved state, or None when there is none or it was set aside (with one warning line).
         ``keep_other_kind``: a checkpoint of another kind of run is left in place for that run instead."""
+        for stray in self.path.parent.glob(f".{self.path.name}.*.partial"):  # a writer killed mid-save
+            stray.unlink(missing_ok=True)
         try:
             payload = torch.load(self.path, map_location="cpu", weights_only=True)
         except FileNotFoundError:
