@@ -173,3 +173,30 @@ def test_a_checkpoint_taken_at_any_step_resumes_exactly(tmp_path):
         resumed = Trainer(cfg, Keeping(folder))
         assert resumed.result.steps == stop - 1 and resumed.result.resumed_from == [stop - 1]
         assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
+
+
+def test_ctrl_c_checkpoints_a_run_says_so_and_the_same_command_resumes_it(tmp_path):
+    cfg, store = config(checkpoint_every=300), tmp_path / "runs.db"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    command = [*SEPBENCH, "run", "--config", str(tmp_path / "run.yaml"), "--store", str(store)]
+    process = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (store.exists() and Store(store).running()):  # its first evaluation is in
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-2000:]
+            time.sleep(0.01)
+        os.killpg(process.pid, signal.SIGINT)
+        code, stderr = process.wait(timeout=60), process.stderr.read()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    lines = " ".join(stderr.split())
+    assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert f"checkpointed 1 run in flight in {store}.checkpoints (at step" in lines
+    assert f"interrupted: run {cfg.config_hash()} did not finish" in lines
+    again = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = Store(store).get(cfg.config_hash())
+    assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
+    assert not Store(store).running()
