@@ -28,7 +28,7 @@ from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
 from sepbench.tasks import Batch
-from sepbench.train import checkpoint
+from sepbench.train import checkpoint, watch
 from sepbench.train.checkpoint import Checkpoint
 from sepbench.train.environment import code_version, git_commit, package_version
 from sepbench.train.keeping import Keeping
@@ -236,19 +236,21 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
         by_step.setdefault(state["step"] if state is not None else 0, []).append(i)
     results: dict[int, RunResult] = {}
     for part in by_step.values():
-        stack = _GroupRun([configs[i] for i in part], notify, [files[i] for i in part], [states[i] for i in part])
+        stack = _GroupRun([configs[i] for i in part], notify, [files[i] for i in part], [states[i] for i in part],
+                          keeping)
         results.update(zip(part, stack.run()))
     return [results[i] for i in range(len(configs))]
 
 
 class _GroupRun:
     def __init__(self, configs: list[RunConfig], notify: Callable[[RunResult], None],
-                 files: list[Checkpoint | None], states: list[dict[str, Any] | None]) -> None:
+                 files: list[Checkpoint | None], states: list[dict[str, Any] | None], keeping: Keeping) -> None:
         self.members = [_Member(c) for c in configs]
         for member, state in zip(self.members, states):
             if state is not None:
                 checkpoint.resume_member(member, state)
         self.files = files
+        self.watches = [watch.open_watch(c, keeping.store) for c in configs]
         self.notify = notify
         self.finished: dict[int, RunResult] = {}
         self.active = list(range(len(configs)))  # position in the stack -> index into members
@@ -298,6 +300,8 @@ class _GroupRun:
         self.finished[member_index] = result = member.finish(start)
         if self.files[member_index] is not None:
             self.files[member_index].delete()
+        if self.watches[member_index] is not None:
+            self.watches[member_index].close()
         self.notify(result)
 
     def _drop(self, positions: list[int], start: float) -> None:
@@ -371,6 +375,8 @@ class _GroupRun:
             result = member.result
             point = member.assessment.point(step, seconds)
             result.curve.append(point)
+            if self.watches[index] is not None:
+                self.watches[index].point(result, point, float(self.base_lrs[position]) * lr_factor(step, cfg))
             if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
                 result.steps_to_threshold, result.seconds_to_threshold = step, seconds
                 if cfg.early_stop:
