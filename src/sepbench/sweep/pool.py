@@ -83,9 +83,10 @@ def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolE
     try:
         yield executor
     except BaseException:
+        workers = list((executor._processes or {}).values())  # no public handle on them; shutdown drops this one
         executor.shutdown(wait=False, cancel_futures=True)
         with sigint_ignored():
-            for process in list((executor._processes or {}).values()):  # no public handle on the workers
+            for process in workers:
                 with contextlib.suppress(OSError):
                     process.terminate()
         raise
