@@ -200,3 +200,42 @@ def test_ctrl_c_checkpoints_a_run_says_so_and_the_same_command_resumes_it(tmp_pa
     result = Store(store).get(cfg.config_hash())
     assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
     assert not Store(store).running()
+
+
+def _ray_task_pids() -> set[int]:
+    """Processes that Ray titled as running a sweep's run (``ray::_run_remote``)."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if cmdline.read_bytes().startswith(b"ray::_run_remote"):
+                found.add(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the Ray worker in /proc")
+def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
+    pytest.importorskip("ray")
+    cfg, store, folder = config(steps=400), tmp_path / "runs.db", tmp_path / "shared"
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"name": "one", "base": cfg.model_dump(mode="json")}))
+    command = [*SEPBENCH, "sweep", str(tmp_path / "one.yaml"), "--backend", "ray", "--workers", "1",
+               "--store", str(store), "--checkpoints", str(folder)]
+    env = {**ENV, "RAY_AUTH_MODE": "disabled"}
+    sweep = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (any(folder.glob("*.pt")) and _ray_task_pids()):
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.stderr.read()[-2000:]
+            time.sleep(0.01)
+        for pid in _ray_task_pids():
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 1 and "--retry-failed resumes it" in " ".join(stderr.split()), stderr[-2000:]
+    assert Store(store).get(cfg.config_hash()).status == "failed"
+    again = subprocess.run([*command, "--retry-failed"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = Store(store).get(cfg.config_hash())
+    assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))

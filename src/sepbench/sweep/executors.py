@@ -31,6 +31,14 @@ def failed_result(config: RunConfig, error: BaseException, kind: str | None = No
                      code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
+def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult:
+    """The failed result of a run whose worker was lost; it says when the run's checkpoint is kept to resume from."""
+    result = failed_result(config, error)
+    if (store.checkpoints / f"{result.config_hash}.pt").exists():
+        result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
+    return result
+
+
 def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
     """Train one run, keeping its progress as ``keeping`` says; a run that cannot fit, or raises, becomes a
     'failed' result instead of ending the sweep."""
@@ -182,7 +190,7 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
                 try:
                     result = RunResult.model_validate_json(ray.get(ref))
                 except Exception as error:  # noqa: BLE001 - a lost worker fails only its run
-                    result = failed_result(refs[ref], error)
+                    result = lost_run(refs[ref], error, store)
                 store.put(result)
                 on_result(result)
     except BaseException:

@@ -108,7 +108,7 @@ def run_groups_inline(groups: list[list[RunConfig]], store: Store, on_result: On
 
 def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult) -> None:
     """One group per single-threaded worker process; results are reported when a group ends."""
-    from sepbench.sweep.executors import failed_result
+    from sepbench.sweep.executors import lost_run
     from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 
     if not groups:
@@ -125,7 +125,7 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
                 try:
                     results = [RunResult.model_validate_json(r) for r in future.result()]
                 except Exception as error:  # noqa: BLE001 - a worker that died takes only its group with it
-                    results = [failed_result(c, error) for c in futures[future] if not store.has(c.config_hash())]
+                    results = [lost_run(c, error, store) for c in futures[future] if not store.has(c.config_hash())]
                     for result in results:
                         store.put(result)
                 for result in results:
@@ -135,7 +135,7 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
 def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult,
                    address: str | None = None) -> None:
     """Each group a Ray task of one CPU; the driver stores the results."""
-    from sepbench.sweep.executors import failed_result, ray_keeping, start_ray
+    from sepbench.sweep.executors import lost_run, ray_keeping, start_ray
 
     if not groups:
         return
@@ -151,7 +151,7 @@ def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on
                 try:
                     results = [RunResult.model_validate_json(r) for r in ray.get(ref)]
                 except Exception as error:  # noqa: BLE001 - a lost worker fails only its group
-                    results = [failed_result(c, error) for c in refs[ref]]
+                    results = [lost_run(c, error, store) for c in refs[ref]]
                 for result in results:
                     store.put(result)
                     on_result(result)

@@ -204,10 +204,10 @@ class WorkerPool:
     @staticmethod
     def _died(config: RunConfig, code: int | None, store: Store) -> RunResult:
         """The run of a worker that ended before sending it back, stored as failed."""
-        from sepbench.sweep.executors import failed_result
+        from sepbench.sweep.executors import lost_run
 
-        result = failed_result(config, WorkerDied(f"the worker process ended with exit code {code} before finishing "
-                                                  "this run (killed, out of memory or crashed)"))
+        result = lost_run(config, WorkerDied(f"the worker process ended with exit code {code} before finishing this "
+                                             "run (killed, out of memory or crashed)"), store)
         store.put(result)
         return result
 
