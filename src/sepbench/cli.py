@@ -416,9 +416,9 @@ def results(
             raise ConfigError(f"--out must be a file, but {out_file} is a directory")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
         if running:
-            _show_running(running_rows([r for r in db.running() if all(
-                getattr(r.result.config.task if k == "task" else r.result.config.model, "name") == v
-                for k, v in where.items())]), db.path, output, out_file)
+            chosen = [r for r in db.running() if task in (None, r.result.config.task.name)
+                      and model in (None, r.result.config.model.name)]
+            _show_running(running_rows(chosen), db.path, output, out_file)
             return
         runs = run_rows(db.results(**where))
     if runs.empty:

@@ -19,6 +19,7 @@ from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.search import cell_key
+from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer
 from sepbench.train.result import RunResult
@@ -195,7 +196,12 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     for rung in schedule(protocol.steps, len(lrs), eta, protocol.eval_every):
         for lr in alive:
             for run in runs[lr]:
-                run.advance(rung.step)
+                try:
+                    run.advance(rung.step)
+                except KeyboardInterrupt:  # the run in training saved its checkpoint; so do those held at the rung
+                    for held in (r for group in runs.values() for r in group if r.trainer is not None):
+                        checkpoint.save_trainer(held.trainer)
+                    raise
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
         scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}

@@ -251,6 +251,13 @@ def resume_trainer(trainer: Trainer, checkpoint: Checkpoint) -> None:
     trainer._seconds = state["seconds"]
 
 
+def save_trainer(trainer: Trainer) -> None:
+    """Save a Trainer held between stretches of training, if it keeps checkpoints and trained since its last."""
+    file = trainer.checkpoint
+    if file is not None and trainer.result is not None and trainer.result.steps > file.saved_step:
+        file.save(trainer_state(trainer), trainer.result.steps, trainer._seconds)
+
+
 def keep_trainer(trainer: Trainer, checkpoint: Checkpoint, seconds: float) -> None:
     """At a step boundary: save when due; after a stop signal, save and raise RunInterrupted."""
     assert trainer.result is not None

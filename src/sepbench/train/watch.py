@@ -3,6 +3,7 @@ and to the store's table of running runs (``sepbench results --running``)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,18 @@ class Watch:
         if self.writer is not None:
             self._scalars(point, lr)
         if self.store is not None:
-            from sepbench.store import Store
+            self._show(result)
 
+    def _show(self, result: RunResult) -> None:
+        """The curve so far into the store's running table; a store that refuses it (locked, unwritable) costs
+        the run nothing but this, named in one warning line, and no later try."""
+        from sepbench.store import Store, StoreError
+
+        try:
             Store(self.store).put_running(result)
+        except StoreError as problem:
+            sys.stderr.write(f"warning: run {result.config_hash} shows no live curve: {problem}\n")
+            self.store = None
 
     def _scalars(self, point: EvalPoint, lr: float) -> None:
         add = self.writer.add_scalar
