@@ -1,4 +1,7 @@
-"""Checkpoints: a run killed in the middle resumes from its checkpoint and ends exactly as the uninterrupted run."""
+"""Checkpoints: a run killed in the middle resumes from its checkpoint and ends exactly as the uninterrupted run.
+
+The tests that kill a command are marked slow for its start-up (importing torch), not for training.
+"""
 import contextlib
 import os
 import signal
@@ -59,6 +62,7 @@ def write_spec(path: Path, **spec) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
     cfg, store = config(), tmp_path / "runs.db"
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({**BASE, "train": {**BASE["train"], "checkpoint_every": 300}}))
@@ -83,6 +87,7 @@ def test_checkpoint_every_and_the_folder_enter_no_hash():
     assert "checkpoint_every" not in train(config(steps=2, checkpoint_every=2), progress=False).model_dump_json()
 
 
+@pytest.mark.slow
 def test_a_run_in_a_sweep_on_the_local_pool_resumes(tmp_path, monkeypatch):
     spec = write_spec(tmp_path / "sweep.yaml", seeds=[0, 1])
     store, folder = tmp_path / "runs.db", tmp_path / "shared"
@@ -90,7 +95,7 @@ def test_a_run_in_a_sweep_on_the_local_pool_resumes(tmp_path, monkeypatch):
     kill_after_checkpoint(command, folder)
     monkeypatch.setenv("SEPBENCH_CHECKPOINTS", str(folder))
     configs = SweepSpec.from_yaml(spec).expand()
-    run_sweep(configs, Store(store), workers=2)
+    run_sweep(configs, Store(store))  # inline: the checkpoints, not the pool, carry the runs on
     results = [Store(store).get(c.config_hash()) for c in configs]
     assert any(r.resumed_from for r in results)
     for cfg, result in zip(configs, results):
@@ -98,6 +103,7 @@ def test_a_run_in_a_sweep_on_the_local_pool_resumes(tmp_path, monkeypatch):
     assert not list(folder.iterdir())
 
 
+@pytest.mark.slow
 def test_a_grouped_run_resumes_as_the_uninterrupted_group(tmp_path):
     spec = write_spec(tmp_path / "group.yaml", seeds=[0, 1, 2])
     store = tmp_path / "runs.db"
@@ -112,6 +118,7 @@ def test_a_grouped_run_resumes_as_the_uninterrupted_group(tmp_path):
     assert [outcome(r) for r in results] == [outcome(r) for r in train_group(configs)]
 
 
+@pytest.mark.slow
 def test_the_survivors_of_an_interrupted_rung_resume(tmp_path):
     base = {**BASE, "model": {"name": "lstm", "width": 8}, "train": {**BASE["train"], "steps": 200, "eval_every": 25}}
     spec = tmp_path / "halving.yaml"
@@ -175,6 +182,7 @@ def test_a_checkpoint_taken_at_any_step_resumes_exactly(tmp_path):
         assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_a_run_says_so_and_the_same_command_resumes_it(tmp_path):
     cfg, store = config(checkpoint_every=300), tmp_path / "runs.db"
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
@@ -212,6 +220,7 @@ def _ray_task_pids() -> set[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the Ray worker in /proc")
 def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
     pytest.importorskip("ray")
