@@ -20,10 +20,10 @@ from sepbench.tasks import Batch, Task, build_task
 from sepbench.train import checkpoint, watch
 from sepbench.train.data_cache import cached_split
 from sepbench.train.decode import evaluate_by_generation
-from sepbench.train.keeping import Keeping
 from sepbench.train.environment import (
     code_version, data_rng, git_commit, package_version, resolve_device, seed_everything,
 )
+from sepbench.train.keeping import Keeping
 from sepbench.train.memory import chunk_rows, memory_budget
 from sepbench.train.result import EvalInterval, EvalPoint, RunResult
 from sepbench.train.sequential import Interval, clopper_pearson, run_looks
@@ -259,12 +259,12 @@ class Trainer:
         result = self._begin()
         start = time.perf_counter()
         self.model.train()
-        keeping = self.checkpoint
+        kept = self.checkpoint
         try:
-            with checkpoint.training() if keeping is not None else nullcontext():
+            with checkpoint.training() if kept is not None else nullcontext():
                 for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
-                    if keeping is not None:
-                        checkpoint.keep_trainer(self, keeping, self._seconds + time.perf_counter() - start)
+                    if kept is not None:
+                        checkpoint.keep_trainer(self, kept, self._seconds + time.perf_counter() - start)
                     batch = self.next_batch().to(self.device)
                     loss = masked_loss(self.model(batch.inputs, positions=batch.mask), batch)
                     if not torch.isfinite(loss):
