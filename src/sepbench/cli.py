@@ -74,7 +74,7 @@ def _data_cache_option():
 def _checkpoints_option():
     return typer.Option(None, "--checkpoints", envvar="SEPBENCH_CHECKPOINTS",
                         help="folder for the checkpoints of runs in training (every worker must reach it) "
-                             "[default: beside the store, <store>.checkpoints]")
+                             "[default: the store path plus .checkpoints]")
 
 
 def _tensorboard_option():
