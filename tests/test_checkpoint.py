@@ -74,6 +74,7 @@ def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     stored = Store(store).get(cfg.config_hash())
     assert len(stored.resumed_from) == 1 and 0 < stored.resumed_from[0] < 150
+    assert f"run {cfg.config_hash()} resumes from its checkpoint at step {stored.resumed_from[0]}" in resumed.stderr
     assert outcome(stored) == outcome(train(cfg, progress=False))
     assert not list((tmp_path / "runs.db.checkpoints").iterdir())  # a finished run deletes its checkpoint
     shown = subprocess.run([*SEPBENCH, "results", "--store", str(store), "--by-seed", "--format", "json"], env=ENV,

@@ -194,6 +194,8 @@ class Checkpoint:
             return None
         state = payload["state"]
         self.saved_at, self.saved_step = state["seconds"], state["step"]
+        sys.stderr.write(f"run {self.config_hash} resumes from its checkpoint at step {state['step']}\n")
+        sys.stderr.flush()
         return state
 
     def _problem(self, payload: Any) -> str | None:
