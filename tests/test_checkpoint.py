@@ -41,8 +41,10 @@ def outcome(result):
             [(p.step, p.loss, p.accuracy, p.interval) for p in result.curve])
 
 
-def kill_after_checkpoint(command: list[str], folder: Path, ready=lambda: True) -> None:
-    """Start ``command``, SIGKILL its whole process group once a checkpoint is in ``folder`` and ``ready()``."""
+def kill_after_checkpoint(command: list[str], folder: Path, ready=lambda: True,
+                          signum: int = signal.SIGKILL) -> tuple[int, float, str]:
+    """Start ``command``; once a checkpoint is in ``folder`` and ``ready()``, send ``signum`` to its whole process
+    group (as a terminal's Ctrl-C does for SIGINT). Returns its exit code, the seconds it took to end, its stderr."""
     process = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -51,6 +53,10 @@ def kill_after_checkpoint(command: list[str], folder: Path, ready=lambda: True) 
             assert process.poll() is None, f"ended before a checkpoint: {process.stderr.read()[-2000:]}"
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.01)
+        start = time.monotonic()
+        os.killpg(process.pid, signum)
+        stderr = process.communicate(timeout=60)[1]
+        return process.returncode, time.monotonic() - start, stderr
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -249,3 +255,28 @@ def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     result = Store(store).get(cfg.config_hash())
     assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, options", [
+    ({"seeds": [0, 1, 2, 3]}, ["--group-size", "2"]),
+    ({"grid": {"model.width": [8, 12]}, "lr_grid": [1e-2, 1e-3], "lr_search": "halving"}, []),
+], ids=["stacked groups", "halving cells"])
+def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options):
+    path, folder = tmp_path / "runs.db", tmp_path / "runs.db.checkpoints"
+    spec_file = write_spec(tmp_path / "spec.yaml", **spec)
+    four = lambda: len(list(folder.glob("*.pt"))) == 4  # noqa: E731 - every run has saved once
+    code, seconds, stderr = kill_after_checkpoint(
+        [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder, ready=four,
+        signum=signal.SIGINT)
+    assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert f"in flight in {path}.checkpoints (at step" in " ".join(stderr.split())
+    configs = SweepSpec.from_yaml(spec_file).expand()
+    stored = {c.config_hash() for c in configs if Store(path).has(c.config_hash())}
+    assert len(stored) < len(configs)
+    if "halving" in spec.values():
+        run_halving(configs, Store(path))
+    else:
+        run_sweep(configs, Store(path), group_size=2)
+    assert all(Store(path).get(c.config_hash()).resumed_from for c in configs if c.config_hash() not in stored)
