@@ -823,7 +823,7 @@ def _checkpoint_step(path: Path) -> str:
     import torch
 
     try:
-        return str(torch.load(path, map_location="cpu", weights_only=True)["state"]["step"])
+        return str(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state"]["step"])
     except Exception:  # noqa: BLE001 - a file a worker was still writing: its step is not known
         return "?"
 
