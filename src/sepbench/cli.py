@@ -258,7 +258,7 @@ def run(
     from sepbench.store import Store
     from sepbench.sweep.executors import failed_result
     from sepbench.train import train
-    from sepbench.train.checkpoint import stopping_runs_on
+    from sepbench.train.stopping import stopping_runs_on
     from sepbench.train.environment import code_version, resolve_device
     from sepbench.train.keeping import Keeping
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
@@ -671,7 +671,7 @@ def sweep(
     from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
     from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.progress import SweepProgress
-    from sepbench.train.checkpoint import stopping_runs_on
+    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     with bad_input_exits():
@@ -899,7 +899,7 @@ def minwidth(
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse
-    from sepbench.train.checkpoint import stopping_runs_on
+    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     with bad_input_exits():
@@ -1155,7 +1155,7 @@ def reproduce(
     from sepbench.store import Store
     from sepbench.sweep import Reuse
     from sepbench.sweep.progress import SweepProgress
-    from sepbench.train.checkpoint import stopping_runs_on
+    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     with bad_input_exits():

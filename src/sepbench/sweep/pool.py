@@ -68,7 +68,7 @@ def executor_initializer(parent: int) -> None:
     left to the parent, SIGTERM checkpointing the runs in training, and an exit when ``parent`` is gone."""
     import torch
 
-    from sepbench.train.checkpoint import stop_runs_on
+    from sepbench.train.stopping import stop_runs_on
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop_runs_on(signal.SIGTERM)
@@ -95,7 +95,7 @@ def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolE
 def _worker_main(conn: Connection, parent: int) -> None:
     """A pool worker: warm up once, then train each (config, store) it is sent, store it, and send it back."""
     from sepbench.sweep.executors import execute as run_one
-    from sepbench.train.checkpoint import stop_runs_on
+    from sepbench.train.stopping import stop_runs_on
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop_runs_on(signal.SIGTERM)  # terminate(): the run in training saves its checkpoint first

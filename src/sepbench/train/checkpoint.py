@@ -11,11 +11,9 @@ import contextlib
 import dataclasses
 import os
 import random
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +21,7 @@ import torch
 from sepbench.config import RunConfig
 from sepbench.train.environment import code_version
 from sepbench.train.result import RunResult
+from sepbench.train.stopping import RunInterrupted, stop_requested
 
 if TYPE_CHECKING:
     from sepbench.train.group import _GroupRun, _Member
@@ -31,65 +30,6 @@ if TYPE_CHECKING:
 FORMAT = 1
 SOLO, MEMBER = "solo", "member"
 """Kinds of run a checkpoint holds: a Trainer's, or one member of a stacked group (``sepbench.train.group``)."""
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """A run stopped by a signal at a step boundary, once its checkpoint was saved."""
-
-
-_stop_requested = False
-_training = 0
-
-
-def stop_requested() -> bool:
-    """Whether a stop signal arrived while a run that keeps checkpoints was training."""
-    return _stop_requested
-
-
-@contextlib.contextmanager
-def training() -> Iterator[None]:
-    """Marks a run that keeps checkpoints as training: a stop signal now waits for its next step boundary."""
-    global _training
-    _training += 1
-    try:
-        yield
-    finally:
-        _training -= 1
-
-
-def _on_stop_signal(signum: int, frame: Any) -> None:
-    global _stop_requested
-    if _training and not _stop_requested:
-        _stop_requested = True
-        return
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def stop_runs_on(*signums: int) -> None:
-    """From now on in this process, ``signums`` make a training run save its checkpoint at its next step boundary
-    and stop (RunInterrupted); a second signal, or one that comes while no run trains, acts as it would have."""
-    for signum in signums:
-        signal.signal(signum, _on_stop_signal)
-
-
-@contextlib.contextmanager
-def stopping_runs_on(*signums: int) -> Iterator[None]:
-    """``stop_runs_on`` for the block (main thread only); the handlers before it are restored after."""
-    global _stop_requested
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in signums}
-    stop_runs_on(*signums)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _stop_requested = False
 
 
 def rng_states() -> dict[str, Any]:

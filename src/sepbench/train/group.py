@@ -28,7 +28,7 @@ from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
 from sepbench.tasks import Batch
-from sepbench.train import checkpoint, watch
+from sepbench.train import checkpoint, stopping, watch
 from sepbench.train.checkpoint import Checkpoint
 from sepbench.train.environment import code_version, git_commit, package_version
 from sepbench.train.keeping import Keeping
@@ -319,15 +319,15 @@ class _GroupRun:
             for position, index in enumerate(self.active):
                 self.files[index].save(checkpoint.member_state(self, position), step, seconds)
             self.regrouped = False
-        if checkpoint.stop_requested():
-            raise checkpoint.RunInterrupted(f"a group of {len(self.active)} runs stopped at step {step}")
+        if stopping.stop_requested():
+            raise stopping.RunInterrupted(f"a group of {len(self.active)} runs stopped at step {step}")
 
     def run(self) -> list[RunResult]:
         cfg = self.members[0].trainer.config.train
         start = time.perf_counter() - self.offset
         for model in (self.template, *(m.trainer.model for m in self.members)):
             model.train()
-        with checkpoint.training() if any(self.files) else nullcontext():
+        with stopping.training() if any(self.files) else nullcontext():
             self._train(cfg, start)
         for position in range(len(self.active)):
             self._finish(position, start)
