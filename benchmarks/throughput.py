@@ -18,8 +18,8 @@ import torch  # noqa: E402
 
 from _throughput_common import Ratio  # noqa: E402
 
-MEASUREMENTS: list[str] = ["_throughput_eval", "_throughput_sweep", "_throughput_models", "_throughput_steps", "_throughput_group",
-                           "_throughput_halving"]
+MEASUREMENTS: list[str] = ["_throughput_eval", "_throughput_sweep", "_throughput_models", "_throughput_steps",
+                           "_throughput_group", "_throughput_halving", "_throughput_checkpoint"]
 
 
 def main() -> int:

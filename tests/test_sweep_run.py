@@ -232,12 +232,15 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_runs_and_resumes(tmp_path, option
     assert 1 <= len(stored) < 4
     assert (f"interrupted: {len(stored)} of 4 runs finished and stored in {path}; rerun the same command to resume"
             in " ".join(stop.stderr.split()))
+    if "ray" not in options:  # the runs in training save a checkpoint before they stop
+        assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
     if resume:
         again = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-2000:]
         assert f"4 runs, {len(stored)} already in" in again.stdout and f"{4 - len(stored)} trained" in again.stdout
         after = _stored(path)
         assert len(after) == 4 and all(after[h] == text for h, text in stored.items())
+        assert any(Store(path).get(h).resumed_from for h in set(after) - set(stored))
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
@@ -251,6 +254,7 @@ def test_ctrl_c_stops_minwidth_and_its_warm_workers(tmp_path):
     assert "Traceback" not in stop.stderr
     stored = _stored(path)
     assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+    assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
 
 
 def _put_forever(path: str) -> None:
@@ -355,4 +359,5 @@ def test_ctrl_c_stops_reproduce_and_keeps_its_finished_runs(tmp_path):
     assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
     stored = _stored(path)
     assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+    assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
     assert not (tmp_path / "report").exists()

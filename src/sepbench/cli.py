@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import gc
+import signal
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from enum import Enum
 from pathlib import Path
@@ -70,6 +72,17 @@ def _data_cache_option():
     return typer.Option(None, "--data-cache", envvar="SEPBENCH_DATA_CACHE",
                         help="folder where fixed CoT data sets (train.data: fixed) are kept for later runs "
                              "[default: none, each run draws its own]")
+
+def _checkpoints_option():
+    return typer.Option(None, "--checkpoints", envvar="SEPBENCH_CHECKPOINTS",
+                        help="folder for the checkpoints of runs in training (every worker must reach it) "
+                             "[default: the store path plus .checkpoints]")
+
+
+def _tensorboard_option():
+    return typer.Option(None, "--tensorboard", envvar="SEPBENCH_TENSORBOARD",
+                        help="folder for TensorBoard scalars of every run as it trains, one sub-folder a run "
+                             "(needs sepbench[tensorboard]) [default: none]")
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
@@ -244,18 +257,27 @@ def run(
         None, min=1, help="intra-op CPU threads (default: $SEPBENCH_THREADS, else 1; a second thread at best halves "
         "a step on an idle machine and made steps 3-15x slower when other jobs held the cores: docs/sweeps.md)"),
     data_cache: Optional[Path] = _data_cache_option(),
+    checkpoints: Optional[Path] = _checkpoints_option(),
+    tensorboard: Optional[Path] = _tensorboard_option(),
 ) -> None:
-    """Train one model on one task and store the result."""
+    """Train one model on one task and store the result.
+
+    The run saves a checkpoint every train.checkpoint_every seconds of training and on Ctrl-C; the same command
+    resumes it from there."""
     import torch
 
     from sepbench.store import Store
     from sepbench.sweep.executors import failed_result
     from sepbench.train import train
+    from sepbench.train.stopping import stopping_runs_on
     from sepbench.train.environment import code_version, resolve_device
+    from sepbench.train.keeping import Keeping
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
+    started = time.time()
     with bad_input_exits():
         _use_data_cache(data_cache)
+        _use_watch_folders(checkpoints, tensorboard)
         torch.set_num_threads(_threads(threads))
         lengths = _parse_lengths(eval_lengths) if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
@@ -281,7 +303,10 @@ def run(
         _print_result(cached, db.path)
         return
     try:
-        result = train(cfg, progress=progress)
+        with stopping_runs_on(signal.SIGINT):
+            result = train(cfg, progress=progress, keeping=Keeping.beside(db))
+    except KeyboardInterrupt:
+        _interrupted(f"run {key} did not finish, nothing new is stored", db, started)
     except ValueError as problem:
         err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(BAD_INPUT) from None
@@ -299,9 +324,15 @@ def run(
 
 def _use_data_cache(folder: Path | None) -> None:
     """Cache fixed CoT data sets in ``folder`` for this process and the workers it starts (docs/cot_tasks.md)."""
-    import os
-
     from sepbench.train.data_cache import CACHE_ENV
+
+    _folder_for_workers(folder, CACHE_ENV, "--data-cache")
+
+
+def _folder_for_workers(folder: Path | None, variable: str, flag: str) -> None:
+    """Create ``folder`` (given as ``flag``) and name it, absolute, in ``variable`` for this process and the
+    workers it starts; nothing when ``folder`` is None."""
+    import os
 
     if folder is None:
         return
@@ -309,9 +340,9 @@ def _use_data_cache(folder: Path | None) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as problem:
-        raise ConfigError(f"--data-cache {folder} cannot be used as a folder ({problem.strerror}); give a "
+        raise ConfigError(f"{flag} {folder} cannot be used as a folder ({problem.strerror}); give a "
                           "writable folder") from None
-    os.environ[CACHE_ENV] = str(folder.resolve())
+    os.environ[variable] = str(folder.resolve())
 
 
 def _code_of(result) -> str:
@@ -374,10 +405,11 @@ def results(
     model: Optional[str] = typer.Option(None, help="only this model"),
     by_seed: bool = typer.Option(False, "--by-seed", help="one row per run instead of one per cell over seeds"),
     threshold: float = typer.Option(0.99, help="final accuracy a run needs to count as solved in a cell's k/m"),
+    running: bool = typer.Option(False, "--running", help="the runs in training instead: step, latest accuracy, ETA"),
 ) -> None:
     """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
-    or one row per run with --by-seed."""
-    from sepbench.results import run_rows, seed_cells
+    or one row per run with --by-seed; or, with --running, the runs in training."""
+    from sepbench.results import run_rows, running_rows, seed_cells
     from sepbench.store import Store
 
     with bad_input_exits():
@@ -394,6 +426,11 @@ def results(
         if out_file is not None and out_file.is_dir():
             raise ConfigError(f"--out must be a file, but {out_file} is a directory")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
+        if running:
+            chosen = [r for r in db.running() if task in (None, r.result.config.task.name)
+                      and model in (None, r.result.config.model.name)]
+            _show_running(running_rows(chosen), db.path, output, out_file)
+            return
         runs = run_rows(db.results(**where))
     if runs.empty:
         matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
@@ -411,6 +448,28 @@ def results(
     if out_file is not None:
         unit = "runs" if by_seed else f"cells ({len(runs)} runs)"
         err.print(f"wrote {len(frame)} {unit} to {out_file}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _show_running(frame, path: Path, output: ResultsFormat, out_file: Path | None) -> None:
+    if output is not ResultsFormat.table:
+        _write_frame(frame, output, out_file)
+        return
+    if frame.empty:
+        out.print(f"no runs in training in {path}", markup=False, highlight=False, soft_wrap=True)
+        return
+    table = Table()
+    for header in ("config hash", "task", "model", "N", "layers", "width", "lr", "seed", "step", "accuracy",
+                   "seconds", "ETA", "state", "updated"):
+        table.add_column(header, no_wrap=True)
+    seconds = lambda value: "-" if value != value else f"{value:.0f} s"  # noqa: E731 - NaN before a first evaluation
+    for row in frame.itertuples(index=False):
+        table.add_row(row.config_hash, row.task, row.model, str(row.length), str(row.layers), str(row.width),
+                      f"{row.lr:g}", str(row.seed), f"{row.step}/{row.steps}", _cell_text(row.accuracy, "accuracy"),
+                      seconds(row.seconds), seconds(row.eta_seconds), row.state, row.updated_at)
+    _print_whole(table)
+    out.print(f"{len(frame)} runs in training in {path}; ETA at each run's mean step time so far (an early stop "
+              "ends a run sooner); a stopped run resumes from its checkpoint when its command runs again",
+              markup=False, highlight=False, soft_wrap=True)
 
 
 def _write_frame(frame, output: ResultsFormat, path: Path | None) -> None:
@@ -450,9 +509,17 @@ def _note(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _print_whole(table: Table) -> None:
+    """Print ``table`` on a console wide enough for its every column's minimum width."""
+    from rich.measure import Measurement
+
+    needed = Measurement.get(out, out.options.update_width(1 << 16), table).minimum
+    console = out if needed <= out.width else Console(width=needed)
+    console.print(table)
+
+
 def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> None:
     """A table whose every column shows whole values: the console grows to the table's width when it must."""
-    from rich.measure import Measurement
     from rich.text import Text
 
     from sepbench.results import NOT_TRAINED, metric_columns, not_trained_text
@@ -479,9 +546,7 @@ def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> 
                          justify="left" if last or i < 3 else "right")
     for row in rows:
         table.add_row(*(Text(v) for v in row))
-    needed = Measurement.get(out, out.options.update_width(1 << 16), table).minimum
-    console = out if needed <= out.width else Console(width=needed)
-    console.print(table)
+    _print_whole(table)
     if by_seed:
         summary = f"{len(frame)} runs in {path}"
     else:
@@ -604,25 +669,32 @@ def sweep(
                                              help="runs of one cell (seeds, lrs) trained stacked in one worker "
                                                   "[default: per device, 1 on CPU; see docs/sweeps.md]"),
     data_cache: Optional[Path] = _data_cache_option(),
+    checkpoints: Optional[Path] = _checkpoints_option(),
+    tensorboard: Optional[Path] = _tensorboard_option(),
 ) -> None:
     """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
 
     Exits 1 when any run of the sweep is failed (now or stored earlier), listing each with its reason.
-    Ctrl-C stops the sweep within a second or two (workers are terminated); finished runs stay stored.
+    Ctrl-C stops the sweep within a second or two (workers are terminated); finished runs stay stored and the
+    runs in training save checkpoints that the same command resumes from.
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
     from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.stopping import stopping_runs_on
 
+    started = time.time()
     with bad_input_exits():
         _use_data_cache(data_cache)
+        _use_watch_folders(checkpoints, tensorboard)
     reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     db = Store(store)
     todo = progress = None
     before: set[str] = set()
     try:
-        with _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
+        with stopping_runs_on(signal.SIGINT), \
+                _warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
             with bad_input_exits():
                 spec = SweepSpec.from_yaml(packaged_config(spec_file))
                 if device is not None:
@@ -668,7 +740,8 @@ def sweep(
         total = len(todo.todo) if todo is not None else 0
         planned = {cfg.config_hash() for cfg in todo.todo} if todo is not None else set()
         reported = progress.finished if progress is not None else set()
-        _interrupted(f"{len(_finished_runs(reported, before, db, planned))} of {total} runs finished", db.path)
+        _interrupted(f"{len(_finished_runs(reported, before, db, planned))} of {total} runs finished and stored in "
+                     f"{db.path}", db, started)
     failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
     out.print(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
               f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}",
@@ -743,10 +816,39 @@ def _finished_runs(reported: set[str], before: set[str], db: Store, planned: set
     return reported | (new if planned is None else new & planned)
 
 
-def _interrupted(finished: str, path: Path) -> NoReturn:
-    err.print(f"interrupted: {finished} and stored in {path}; rerun the same command to resume",
-              markup=False, highlight=False, soft_wrap=True)
+def _interrupted(finished: str, db: Store, since: float) -> NoReturn:
+    """Say what an interrupted command kept: ``finished`` runs, and the checkpoints written since ``since``
+    (the runs in training when the interrupt came, and any that saved one on the way)."""
+    folder = db.checkpoints
+    saved = [p for p in folder.glob("*.pt") if p.stat().st_mtime >= since] if folder.is_dir() else []
+    if saved:
+        err.print(f"checkpointed {len(saved)} run{'s' if len(saved) > 1 else ''} in flight in {folder} "
+                  f"(at step{'s' if len(saved) > 1 else ''} {', '.join(str(_checkpoint_step(p)) for p in saved)})",
+                  markup=False, highlight=False, soft_wrap=True)
+    err.print(f"interrupted: {finished}; rerun the same command to resume", markup=False, highlight=False,
+              soft_wrap=True)
     raise typer.Exit(INTERRUPTED)
+
+
+def _checkpoint_step(path: Path) -> str:
+    import torch
+
+    try:
+        return str(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state"]["step"])
+    except Exception:  # noqa: BLE001 - a file a worker was still writing: its step is not known
+        return "?"
+
+
+def _use_watch_folders(checkpoints: Path | None, tensorboard: Path | None) -> None:
+    """``--checkpoints`` and ``--tensorboard`` for this process and the workers it starts, as absolute paths."""
+    from sepbench.extras import require
+    from sepbench.store import CHECKPOINTS_ENV
+    from sepbench.train.watch import TENSORBOARD_ENV
+
+    if tensorboard is not None:
+        require("tensorboard", "tensorboard", "--tensorboard")
+    _folder_for_workers(checkpoints, CHECKPOINTS_ENV, "--checkpoints")
+    _folder_for_workers(tensorboard, TENSORBOARD_ENV, "--tensorboard")
 
 
 def _parse_ints(text: str, option: str) -> list[int]:
@@ -798,6 +900,8 @@ def minwidth(
     lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
     eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
     data_cache: Optional[Path] = _data_cache_option(),
+    checkpoints: Optional[Path] = _checkpoints_option(),
+    tensorboard: Optional[Path] = _tensorboard_option(),
 ) -> None:
     """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law.
 
@@ -806,14 +910,17 @@ def minwidth(
     """
     from sepbench.store import Store
     from sepbench.sweep import Reuse
+    from sepbench.train.stopping import stopping_runs_on
 
+    started = time.time()
     with bad_input_exits():
         _use_data_cache(data_cache)
+        _use_watch_folders(checkpoints, tensorboard)
     db = Store(store)
     before = db.config_hashes()
     progress = None
     try:
-        with _warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
+        with stopping_runs_on(signal.SIGINT), _warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
             from sepbench.sweep.progress import SweepProgress
             from sepbench.sweep.search import (
                 MIN_FIT_POINTS, SolvedRule, fit_log_law, fit_power_law, search_min_width,
@@ -849,7 +956,7 @@ def minwidth(
                                       lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
     except KeyboardInterrupt:
         reported = progress.finished if progress is not None else set()
-        _interrupted(f"{len(_finished_runs(reported, before, db))} runs finished", db.path)
+        _interrupted(f"{len(_finished_runs(reported, before, db))} runs finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
@@ -1048,6 +1155,8 @@ def reproduce(
     with_model: Optional[str] = typer.Option(None, "--with-model", help="a model (package.module:Class, a plugin's "
                                              "or a built-in name) to run on the claims' specs and place in a table "
                                              "beside the catalogue's stored runs, instead of judging the claims"),
+    checkpoints: Optional[Path] = _checkpoints_option(),
+    tensorboard: Optional[Path] = _tensorboard_option(),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
@@ -1061,8 +1170,11 @@ def reproduce(
     from sepbench.store import Store
     from sepbench.sweep import Reuse
     from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.stopping import stopping_runs_on
 
+    started = time.time()
     with bad_input_exits():
+        _use_watch_folders(checkpoints, tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
         db = Store(store)
@@ -1087,12 +1199,13 @@ def reproduce(
     before = db.config_hashes()
     progress = SweepProgress("reproduce", todo, err)
     try:
-        with progress:
+        with stopping_runs_on(signal.SIGINT), progress:
             for claim in claims:
                 verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
                                       reuse=Reuse(retry_failed=retry_failed), group_size=group_size))
     except KeyboardInterrupt:
-        _interrupted(f"{len(_finished_runs(progress.finished, before, db))} runs finished", db.path)
+        _interrupted(f"{len(_finished_runs(progress.finished, before, db))} runs finished and stored in {db.path}", db,
+                     started)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 

@@ -90,6 +90,12 @@ class TrainConfig(StrictModel):
         "adaptive", description="adaptive: stop an evaluation once its interval decides the threshold")
     threshold: float = Field(0.99, gt=0.0, le=1.0)
     early_stop: bool = True
+    checkpoint_every: float = Field(300.0, ge=0.0, description="seconds of training between checkpoints; 0: none")
+    tensorboard: str | None = Field(None, description="folder for TensorBoard scalars [default: $SEPBENCH_TENSORBOARD]")
+
+
+WATCH_FIELDS = {"checkpoint_every", "tensorboard"}
+"""Train fields that say how a run is kept and watched, never what it computes: no hash of a run or cell sees them."""
 
 
 class RunConfig(StrictModel):
@@ -107,9 +113,18 @@ class RunConfig(StrictModel):
             self.train.lr = MODELS.get(self.model.name).default_lr
         return self
 
+    def identity(self, *without: str) -> dict[str, Any]:
+        """The fields that decide the run's result, less the top-level fields ``without``, as JSON data."""
+        return self.model_dump(mode="json", exclude={**dict.fromkeys(without, True), "train": WATCH_FIELDS})
+
+    def cell_hash(self) -> str:
+        """Names the seeds of one configuration: everything but the seed, the device and the ``WATCH_FIELDS``."""
+        payload = json.dumps(self.identity("seed", "device"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
     def config_hash(self) -> str:
-        """Names the run: everything but the device, canonically serialised."""
-        payload = json.dumps(self.model_dump(mode="json", exclude={"device"}), sort_keys=True)
+        """Names the run: everything but the device and the ``WATCH_FIELDS``, canonically serialised."""
+        payload = json.dumps(self.identity("device"), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @classmethod

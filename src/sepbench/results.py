@@ -5,21 +5,23 @@ counted on their own and never enter an accuracy mean or the solved count.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from sepbench.train.result import RunResult
 
+if TYPE_CHECKING:
+    from sepbench.store import Running
+
 TRAINED = ("solved", "completed")
 NOT_TRAINED = ("failed", "diverged", "pruned")
 
 SUMMARY = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "loss"]
 DETAILS = ["steps", "steps_to_threshold", "seconds_to_threshold", "wall_seconds", "parameters", "state_floats",
-           "device", "compute_paths", "version", "git_commit", "created_at", "error"]
+           "device", "compute_paths", "version", "git_commit", "created_at", "error", "resumed_from"]
 CELL_KEYS = ["cell", "task", "model", "length", "layers", "width", "lr"]
 
 
@@ -38,8 +40,7 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def cell_hash(result: RunResult) -> str:
     """Names the seeds of one configuration: everything but the seed and the device."""
-    data = result.config.model_dump(mode="json", exclude={"seed", "device"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    return result.config.cell_hash()
 
 
 def _metric_order(name: str) -> tuple[int, str, int]:
@@ -66,6 +67,30 @@ def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
     columns = [*SUMMARY[:9], *metrics, *DETAILS, "cell", *config]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.astype({m: float for m in metrics})
+
+
+RUNNING = ["config_hash", "task", "model", "length", "layers", "width", "lr", "seed", "step", "steps", "accuracy",
+           "seconds", "eta_seconds", "state", "updated_at", "host", "pid", "resumed_from"]
+
+
+def running_rows(running: Sequence[Running]) -> pd.DataFrame:
+    """One row per run in training: its step of its steps, latest accuracy, seconds so far and ETA (at its mean
+    seconds a step so far; an early stop ends it sooner). ``state``: training, stopped (its process on this host
+    is gone: resume it by running the same command) or unknown (another host)."""
+    rows = []
+    for entry in running:
+        r, cfg = entry.result, entry.result.config
+        last = r.curve[-1] if r.curve else None
+        seconds = last.seconds if last else np.nan
+        eta = seconds / last.step * (cfg.train.steps - last.step) if last and last.step else np.nan
+        rows.append({"config_hash": r.config_hash, "task": cfg.task.name, "model": cfg.model.name,
+                     "length": cfg.task.length, "layers": cfg.model.layers, "width": cfg.model.width,
+                     "lr": cfg.train.lr, "seed": cfg.seed, "step": r.steps, "steps": cfg.train.steps,
+                     "accuracy": last.accuracy if last else np.nan, "seconds": seconds, "eta_seconds": eta,
+                     "state": {True: "training", False: "stopped", None: "unknown"}[entry.alive],
+                     "updated_at": entry.updated_at, "host": entry.host, "pid": entry.pid,
+                     "resumed_from": r.resumed_from})
+    return pd.DataFrame(rows, columns=RUNNING)
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:

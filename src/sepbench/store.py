@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import tempfile
 from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
 
 DEFAULT_STORE = "sepbench.db"
 STORE_ENV = "SEPBENCH_STORE"
+CHECKPOINTS_ENV = "SEPBENCH_CHECKPOINTS"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -38,6 +42,13 @@ CREATE TABLE IF NOT EXISTS runs (
     result TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_task_model ON runs (task, model, length, width);
+CREATE TABLE IF NOT EXISTS running (
+    config_hash TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    result TEXT NOT NULL
+);
 """
 
 SOFTMAX_VS_LINEAR_SCHEMA = """
@@ -73,6 +84,29 @@ def default_store_path() -> Path:
     return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
 
+@dataclass
+class Running:
+    """A run in training: its result so far (curve, steps) and which process last reported it, when."""
+
+    result: RunResult
+    host: str
+    pid: int
+    updated_at: str
+
+    @property
+    def alive(self) -> bool | None:
+        """Whether the process that reported it still runs (None: it runs on another host, not known here)."""
+        if self.host != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
 class StoreError(ValueError):
     """The store cannot be read or written; the message is one line naming the path and the problem."""
 
@@ -84,6 +118,13 @@ class Store:
         self.path = Path(path) if path is not None else default_store_path()
         self.unreadable: list[tuple[str, str]] = []
         """(config hash, reason) of the rows the last ``results`` call could not read and left out."""
+
+    @property
+    def checkpoints(self) -> Path:
+        """The folder where runs stored here keep their checkpoints: $SEPBENCH_CHECKPOINTS, else
+        ``<store>.checkpoints`` beside the store."""
+        chosen = os.environ.get(CHECKPOINTS_ENV, "").strip()
+        return Path(chosen) if chosen else self.path.with_name(self.path.name + ".checkpoints")
 
     def check_writable(self) -> None:
         """Raise StoreError unless a run could be stored here: called before any training starts."""
@@ -129,6 +170,29 @@ class Store:
                result.steps_to_threshold, result.wall_seconds, result.created_at, result.model_dump_json())
         with self._connect() as conn, conn:
             conn.execute(f"INSERT OR REPLACE INTO runs VALUES ({', '.join('?' * len(row))})", row)
+            conn.execute("DELETE FROM running WHERE config_hash = ?", (result.config_hash,))
+
+    def put_running(self, result: RunResult) -> None:
+        """The result so far of a run in training (it leaves the running table once ``put``)."""
+        row = (result.config_hash, socket.gethostname(), os.getpid(),
+               datetime.now(timezone.utc).isoformat(timespec="seconds"), result.model_dump_json())
+        with self._connect() as conn, conn:
+            conn.execute("INSERT OR REPLACE INTO running VALUES (?, ?, ?, ?, ?)", row)
+
+    def running(self) -> list[Running]:
+        """The runs in training (or stopped in training, and not stored since), oldest report first."""
+        if not self.path.exists():
+            return []
+        with self._connect() as conn:
+            rows = conn.execute("SELECT config_hash, host, pid, updated_at, result FROM running "
+                                "ORDER BY updated_at, config_hash").fetchall()
+        found = []
+        for config_hash, host, pid, updated_at, text in rows:
+            try:
+                found.append(Running(RunResult.model_validate_json(text), host, pid, updated_at))
+            except ValidationError as error:
+                self.unreadable.append((config_hash, _first_problem(error)))
+        return found
 
     def has(self, config_hash: str) -> bool:
         if not self.path.exists():

@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Literal
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.pool import OnResult, WorkerPool, sigint_ignored
+from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
 Backend = Literal["local", "ray"]
@@ -30,15 +31,24 @@ def failed_result(config: RunConfig, error: BaseException, kind: str | None = No
                      code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-def execute(config: RunConfig) -> RunResult:
-    """Train one run; a run that cannot fit, or raises, becomes a 'failed' result instead of ending the sweep."""
+def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult:
+    """The failed result of a run whose worker was lost; it says when the run's checkpoint is kept to resume from."""
+    result = failed_result(config, error)
+    if (store.checkpoints / f"{result.config_hash}.pt").exists():
+        result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
+    return result
+
+
+def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
+    """Train one run, keeping its progress as ``keeping`` says; a run that cannot fit, or raises, becomes a
+    'failed' result instead of ending the sweep."""
     from sepbench.train import train
     from sepbench.train.environment import resolve_device
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     try:
         check_memory(config, resolve_device(config.device))
-        return train(config, progress=False)
+        return train(config, progress=False, keeping=keeping)
     except MemoryRefused as error:
         return failed_result(config, error, "out of memory (estimated before training)")
     except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
@@ -58,12 +68,13 @@ def intra_op_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _run_remote(config_json: str) -> str:
-    """Ray task: train wherever Ray placed it and send the result back for the driver to store."""
+def _run_remote(config_json: str, keeping: Keeping) -> str:
+    """Ray task: train wherever Ray placed it, checkpointing in a folder every worker reaches, and send the result
+    back for the driver to store."""
     import torch
 
     torch.set_num_threads(1)
-    return execute(RunConfig.model_validate_json(config_json)).model_dump_json()
+    return execute(RunConfig.model_validate_json(config_json), keeping).model_dump_json()
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,7 @@ def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, thre
     """One run after another in this process, on ``threads`` intra-op threads (no pool start-up; for one worker)."""
     with intra_op_threads(threads):
         for cfg in configs:
-            result = execute(cfg)
+            result = execute(cfg, Keeping.beside(store))
             store.put(result)
             on_result(result)
 
@@ -154,6 +165,13 @@ def start_ray(address: str | None, workers: int) -> tuple[object, bool]:
     return ray, started_here
 
 
+def ray_keeping(store: Store, address: str | None) -> Keeping:
+    """Ray workers checkpoint in the store's checkpoint folder, which must be one they all reach (``--checkpoints``
+    on shared storage for a cluster); only a local instance's workers write the curve so far into the store."""
+    here = Keeping.beside(store)
+    return here if address is None else Keeping(here.checkpoints)
+
+
 def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
             address: str | None = None) -> None:
     """Each run a Ray task (one CPU) on the cluster at ``address``, or on a local instance of ``workers`` CPUs."""
@@ -163,7 +181,8 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
     remaining: list = []
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_remote)
-        refs = {remote.remote(cfg.model_dump_json()): cfg for cfg in configs}
+        keeping = ray_keeping(store, address)
+        refs = {remote.remote(cfg.model_dump_json(), keeping): cfg for cfg in configs}
         remaining = list(refs)
         while remaining:
             finished, remaining = ray.wait(remaining, num_returns=1)
@@ -171,7 +190,7 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
                 try:
                     result = RunResult.model_validate_json(ray.get(ref))
                 except Exception as error:  # noqa: BLE001 - a lost worker fails only its run
-                    result = failed_result(refs[ref], error)
+                    result = lost_run(refs[ref], error, store)
                 store.put(result)
                 on_result(result)
     except BaseException:

@@ -9,6 +9,7 @@ from typing import Callable
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.train.environment import resolve_device
+from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
 OnResult = Callable[[RunResult], None]
@@ -37,8 +38,9 @@ def make_groups(configs: list[RunConfig], size: int) -> list[list[RunConfig]]:
     return [members[i : i + size] for members in cells.values() for i in range(0, len(members), size)]
 
 
-def execute_group(configs: list[RunConfig], on_result: OnResult) -> None:
-    """Train one group; each member's result goes to ``on_result`` when final, a crash fails the members left."""
+def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keeping | None = None) -> None:
+    """Train one group, its members keeping their progress as ``keeping`` says; each member's result goes to
+    ``on_result`` when final, a crash fails the members left."""
     from sepbench.sweep.executors import failed_result
     from sepbench.train.group import train_group
     from sepbench.train.memory import MemoryRefused, is_out_of_memory
@@ -51,7 +53,7 @@ def execute_group(configs: list[RunConfig], on_result: OnResult) -> None:
 
     try:
         check_group_memory(configs)
-        train_group(configs, on_result=record)
+        train_group(configs, on_result=record, keeping=keeping)
     except MemoryRefused as error:
         for cfg in configs:
             record(failed_result(cfg, error, "out of memory (estimated before training)"))
@@ -85,35 +87,36 @@ def _group_and_store(configs_json: list[str], store_path: str) -> list[str]:
         store.put(result)
         results.append(result.model_dump_json())
 
-    execute_group([RunConfig.model_validate_json(c) for c in configs_json], keep)
+    execute_group([RunConfig.model_validate_json(c) for c in configs_json], keep, Keeping.beside(store))
     return results
 
 
-def _group_remote(configs_json: list[str]) -> list[str]:
+def _group_remote(configs_json: list[str], keeping: Keeping) -> list[str]:
     import torch
 
     torch.set_num_threads(1)
     results: list[str] = []
-    execute_group([RunConfig.model_validate_json(c) for c in configs_json], lambda r: results.append(r.model_dump_json()))
+    execute_group([RunConfig.model_validate_json(c) for c in configs_json], lambda r: results.append(r.model_dump_json()),
+                  keeping)
     return results
 
 
 def run_groups_inline(groups: list[list[RunConfig]], store: Store, on_result: OnResult) -> None:
     for group in groups:
-        execute_group(group, lambda result: (store.put(result), on_result(result)))
+        execute_group(group, lambda result: (store.put(result), on_result(result)), Keeping.beside(store))
 
 
 def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult) -> None:
     """One group per single-threaded worker process; results are reported when a group ends."""
-    from sepbench.sweep.executors import failed_result
-    from sepbench.sweep.pool import executor_initializer
+    from sepbench.sweep.executors import lost_run
+    from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 
     if not groups:
         return
     path = str(store.path.resolve())
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=executor_initializer,
-                             initargs=(os.getpid(),)) as pool:
+                             initargs=(os.getpid(),)) as pool, stopped_on_interrupt(pool):
         futures = {pool.submit(_group_and_store, [c.model_dump_json() for c in g], path): g for g in groups}
         remaining = set(futures)
         while remaining:
@@ -122,7 +125,7 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
                 try:
                     results = [RunResult.model_validate_json(r) for r in future.result()]
                 except Exception as error:  # noqa: BLE001 - a worker that died takes only its group with it
-                    results = [failed_result(c, error) for c in futures[future] if not store.has(c.config_hash())]
+                    results = [lost_run(c, error, store) for c in futures[future] if not store.has(c.config_hash())]
                     for result in results:
                         store.put(result)
                 for result in results:
@@ -132,14 +135,15 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
 def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult,
                    address: str | None = None) -> None:
     """Each group a Ray task of one CPU; the driver stores the results."""
-    from sepbench.sweep.executors import failed_result, start_ray
+    from sepbench.sweep.executors import lost_run, ray_keeping, start_ray
 
     if not groups:
         return
     ray, started_here = start_ray(address, workers)
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_group_remote)
-        refs = {remote.remote([c.model_dump_json() for c in g]): g for g in groups}
+        keeping = ray_keeping(store, address)
+        refs = {remote.remote([c.model_dump_json() for c in g], keeping): g for g in groups}
         remaining = list(refs)
         while remaining:
             finished, remaining = ray.wait(remaining, num_returns=1)
@@ -147,7 +151,7 @@ def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on
                 try:
                     results = [RunResult.model_validate_json(r) for r in ray.get(ref)]
                 except Exception as error:  # noqa: BLE001 - a lost worker fails only its group
-                    results = [failed_result(c, error) for c in refs[ref]]
+                    results = [lost_run(c, error, store) for c in refs[ref]]
                 for result in results:
                     store.put(result)
                     on_result(result)

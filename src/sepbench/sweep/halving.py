@@ -17,8 +17,10 @@ from typing import Sequence
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
-from sepbench.sweep.pool import executor_initializer
+from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.search import cell_key
+from sepbench.train import checkpoint
+from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer
 from sepbench.train.result import RunResult
 
@@ -113,8 +115,8 @@ def lr_score(results: Sequence[RunResult], step: int) -> Score | None:
 class _Run:
     """One config of a cell: its stored result, or a Trainer held between rungs, or the result it finished with."""
 
-    def __init__(self, config: RunConfig, stored: RunResult | None) -> None:
-        self.config, self.stored = config, stored
+    def __init__(self, config: RunConfig, stored: RunResult | None, keeping: Keeping) -> None:
+        self.config, self.stored, self.keeping = config, stored, keeping
         self.result: RunResult | None = stored
         self.trainer: Trainer | None = None
         self.finished = stored is not None
@@ -124,7 +126,7 @@ class _Run:
             return
         try:
             if self.trainer is None:
-                self.trainer = Trainer(self.config)
+                self.trainer = Trainer(self.config, self.keeping)
             self.result = self.trainer.train_until(step)
             if self.trainer.stopped:
                 self._finish()
@@ -149,7 +151,8 @@ class _Run:
 
 @dataclass
 class HalvingOutcome:
-    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained, ``cut_at`` maps the
+    """What one ``run_halving`` call did: ``steps`` counts the optimizer steps it trained (a run resumes in the call
+    that finishes it, so steps before its last checkpoint are left out), ``cut_at`` maps the
     config hash of every run whose learning rate was cut (stored now or before) to the rung step of the cut."""
 
     total: int
@@ -169,12 +172,13 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     """Successive halving over the learning rates of one cell (its configs differ only in lr and seed).
 
     Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
-    what the store lacks (the survivors of an interrupted rung start again from step 0). Once every seed of a
+    what the store lacks (the survivors of an interrupted rung resume from their checkpoints). Once every seed of a
     learning rate has solved and early-stopped, it wins and the others stop at that rung.
     """
     outcome = HalvingOutcome(total=len(configs), skipped=0)
     lrs = list(dict.fromkeys(float(cfg.train.lr) for cfg in configs))
-    runs = {lr: [_Run(cfg, store.get(cfg.config_hash())) for cfg in configs if cfg.train.lr == lr] for lr in lrs}
+    runs = {lr: [_Run(cfg, store.get(cfg.config_hash()), Keeping.beside(store)) for cfg in configs
+                 if cfg.train.lr == lr] for lr in lrs}
     outcome.skipped = sum(run.stored is not None for group in runs.values() for run in group)
     protocol = configs[0].train
 
@@ -184,7 +188,7 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
             if result is not None:
                 store.put(result)
                 outcome.results.append(result)
-                outcome.steps += result.steps
+                outcome.steps += result.steps - (result.resumed_from[-1] if result.resumed_from else 0)
                 if on_result is not None:
                     on_result(result)
 
@@ -192,7 +196,12 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     for rung in schedule(protocol.steps, len(lrs), eta, protocol.eval_every):
         for lr in alive:
             for run in runs[lr]:
-                run.advance(rung.step)
+                try:
+                    run.advance(rung.step)
+                except KeyboardInterrupt:  # the run in training saved its checkpoint; so do those held at the rung
+                    for held in (r for group in runs.values() for r in group if r.trainer is not None):
+                        checkpoint.save_trainer(held.trainer)
+                    raise
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
         scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
@@ -249,7 +258,8 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
         context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool:
+                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
+                stopped_on_interrupt(pool):
             futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta): cell
                        for cell in todo}
             remaining = set(futures)

@@ -9,12 +9,14 @@ import sys
 import threading
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
+from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -63,19 +65,40 @@ def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
 
 def executor_initializer(parent: int) -> None:
     """Initializer for a ProcessPoolExecutor's workers (grouped and halving sweeps): one intra-op thread, SIGINT
-    left to the parent, and an exit when ``parent`` is gone."""
+    left to the parent, SIGTERM checkpointing the runs in training, and an exit when ``parent`` is gone."""
     import torch
 
+    from sepbench.train.stopping import stop_runs_on
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop_runs_on(signal.SIGTERM)
     torch.set_num_threads(1)
     _exit_with_parent(parent)
+
+
+@contextlib.contextmanager
+def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolExecutor]:
+    """Leaving the block on an exception (Ctrl-C included): cancel the work not started and send SIGTERM to the
+    executor's workers, so each run in training saves its checkpoint and stops instead of training to its end."""
+    try:
+        yield executor
+    except BaseException:
+        workers = list((executor._processes or {}).values())  # no public handle on them; shutdown drops this one
+        executor.shutdown(wait=False, cancel_futures=True)
+        with sigint_ignored():
+            for process in workers:
+                with contextlib.suppress(OSError):
+                    process.terminate()
+        raise
 
 
 def _worker_main(conn: Connection, parent: int) -> None:
     """A pool worker: warm up once, then train each (config, store) it is sent, store it, and send it back."""
     from sepbench.sweep.executors import execute as run_one
+    from sepbench.train.stopping import stop_runs_on
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop_runs_on(signal.SIGTERM)  # terminate(): the run in training saves its checkpoint first
     _exit_with_parent(parent)
     warm_up(threads=1)
     while True:
@@ -86,8 +109,12 @@ def _worker_main(conn: Connection, parent: int) -> None:
         if job is None:
             break
         config_json, store_path = job
-        result = run_one(RunConfig.model_validate_json(config_json))
-        Store(store_path).put(result)
+        store = Store(store_path)
+        try:
+            result = run_one(RunConfig.model_validate_json(config_json), Keeping.beside(store))
+        except KeyboardInterrupt:
+            break
+        store.put(result)
         conn.send(result.model_dump_json())
     sys.stdout.flush()
     sys.stderr.flush()
@@ -177,10 +204,10 @@ class WorkerPool:
     @staticmethod
     def _died(config: RunConfig, code: int | None, store: Store) -> RunResult:
         """The run of a worker that ended before sending it back, stored as failed."""
-        from sepbench.sweep.executors import failed_result
+        from sepbench.sweep.executors import lost_run
 
-        result = failed_result(config, WorkerDied(f"the worker process ended with exit code {code} before finishing "
-                                                  "this run (killed, out of memory or crashed)"))
+        result = lost_run(config, WorkerDied(f"the worker process ended with exit code {code} before finishing this "
+                                             "run (killed, out of memory or crashed)"), store)
         store.put(result)
         return result
 

@@ -48,7 +48,7 @@ class SolvedRule:
 
 def cell_key(config: RunConfig) -> str:
     """Names a grid cell: the config without its seed and learning rate."""
-    data = config.model_dump(mode="json", exclude={"device", "seed"})
+    data = config.identity("device", "seed")
     data["train"].pop("lr")
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -7,16 +7,18 @@ from sepbench.train.result import EvalPoint, RunResult
 
 if TYPE_CHECKING:
     from sepbench.config import RunConfig
+    from sepbench.train.keeping import Keeping
     from sepbench.train.loop import Trainer
 
 __all__ = ["EvalPoint", "RunResult", "Trainer", "train"]
 
 
-def train(config: RunConfig, progress: bool | None = None) -> RunResult:
-    """Train one model on one task as ``config`` says and return what happened."""
+def train(config: RunConfig, progress: bool | None = None, keeping: Keeping | None = None) -> RunResult:
+    """Train one model on one task as ``config`` says and return what happened; ``keeping`` says where the run
+    keeps its checkpoint (resuming from one found there) and its curve so far."""
     from sepbench.train.loop import Trainer
 
-    return Trainer(config).run(progress=progress)
+    return Trainer(config, keeping).run(progress=progress)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,6 +15,7 @@ import time
 import types
 import warnings
 from dataclasses import dataclass, field
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -27,7 +28,10 @@ from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
 from sepbench.tasks import Batch
+from sepbench.train import checkpoint, stopping, watch
+from sepbench.train.checkpoint import Checkpoint
 from sepbench.train.environment import code_version, git_commit, package_version
+from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Assessment, Trainer, lr_factor
 from sepbench.train.result import RunResult
 
@@ -38,7 +42,7 @@ the device (``Mixer.has_batching_rule``) run one member at a time inside the sta
 
 def group_key(config: RunConfig) -> str:
     """Names the group a run can join: its config without seed and learning rate."""
-    data = config.model_dump(mode="json", exclude={"seed", "device"})
+    data = config.identity("seed", "device")
     data["train"].pop("lr")
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -206,28 +210,48 @@ def check_group(configs: list[RunConfig]) -> None:
                          f"got {len(keys)} different configs otherwise and devices {sorted(devices)}")
 
 
-def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None] | None = None,
+                keeping: Keeping | None = None) -> list[RunResult]:
     """Train ``configs`` (same config but for seed and lr) together; one result per config, in order.
 
     ``on_result`` is called with each member's result the moment it is final (early stop, divergence, end).
-    Configs that cannot be stacked (an unsupported mixer, dropout) train alone, one after another.
+    Configs that cannot be stacked (an unsupported mixer, dropout) train alone, one after another. Where
+    ``keeping`` names a folder of checkpoints each member keeps its own checkpoint there; members resumed from
+    different steps train as separate stacks.
     """
     if not configs:
         return []
     check_group(configs)
     notify = on_result or (lambda result: None)
-    if len(configs) == 1 or not stackable(configs[0]):
+    keeping = keeping or Keeping()
+    files = [checkpoint.open_checkpoint(keeping.checkpoints, c, checkpoint.MEMBER) for c in configs]
+    states = [f.load(keep_other_kind=len(configs) == 1) if f is not None else None for f in files]
+    if (len(configs) == 1 and states[0] is None) or not stackable(configs[0]):
         results = []
         for config in configs:
-            results.append(Trainer(config).run(progress=False))
+            results.append(Trainer(config, keeping).run(progress=False))
             notify(results[-1])
         return results
-    return _GroupRun(configs, notify).run()
+    by_step: dict[int, list[int]] = {}
+    for i, state in enumerate(states):
+        by_step.setdefault(state["step"] if state is not None else 0, []).append(i)
+    results: dict[int, RunResult] = {}
+    for part in by_step.values():
+        stack = _GroupRun([configs[i] for i in part], notify, [files[i] for i in part], [states[i] for i in part],
+                          keeping)
+        results.update(zip(part, stack.run()))
+    return [results[i] for i in range(len(configs))]
 
 
 class _GroupRun:
-    def __init__(self, configs: list[RunConfig], notify: Callable[[RunResult], None]) -> None:
+    def __init__(self, configs: list[RunConfig], notify: Callable[[RunResult], None],
+                 files: list[Checkpoint | None], states: list[dict[str, Any] | None], keeping: Keeping) -> None:
         self.members = [_Member(c) for c in configs]
+        for member, state in zip(self.members, states):
+            if state is not None:
+                checkpoint.resume_member(member, state)
+        self.files = files
+        self.watches = [watch.open_watch(c, keeping.store) for c in configs]
         self.notify = notify
         self.finished: dict[int, RunResult] = {}
         self.active = list(range(len(configs)))  # position in the stack -> index into members
@@ -242,6 +266,11 @@ class _GroupRun:
         self.optimizer = StackedAdam(cfg.betas, cfg.weight_decay, decoupled=cfg.optimizer == "adamw")
         self.base_lrs = torch.tensor([c.train.lr for c in configs], dtype=torch.float64)
         self.forward = vmap(self._call)
+        self.first_step, self.offset = (states[0]["step"] + 1, states[0]["seconds"]) if states[0] else (1, 0.0)
+        if states[0] is not None:
+            checkpoint.resume_moments(self, states)
+        self.regrouped = False
+        """whether members left the stack since the last checkpoint"""
 
     def _call(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
         with warnings.catch_warnings():  # the per-member fallback for fused attention is known and measured
@@ -263,12 +292,17 @@ class _GroupRun:
         self.optimizer.keep(index)
         self.base_lrs = self.base_lrs[index.cpu()]
         self.active = [self.active[i] for i in stay]
+        self.regrouped = True
 
     def _finish(self, position: int, start: float) -> None:
         member_index = self.active[position]
         member = self.members[member_index]
         member.load(self.names, self.params, position)
         self.finished[member_index] = result = member.finish(start)
+        if self.files[member_index] is not None:
+            self.files[member_index].delete()
+        if self.watches[member_index] is not None:
+            self.watches[member_index].close()
         self.notify(result)
 
     def _drop(self, positions: list[int], start: float) -> None:
@@ -276,14 +310,35 @@ class _GroupRun:
             self._finish(position, start)
         self._keep([i for i in range(len(self.active)) if i not in positions])
 
+    def _checkpoint(self, step: int, seconds: float) -> None:
+        """After ``step`` steps: save every active member's checkpoint when due or when the stack changed (so a
+        resumed stack holds the same members); after a stop signal, save and raise RunInterrupted."""
+        first = self.files[self.active[0]]
+        if first is None:
+            return
+        if first.due(seconds, step) or (self.regrouped and step > first.saved_step):
+            for position, index in enumerate(self.active):
+                self.files[index].save(checkpoint.member_state(self, position), step, seconds)
+            self.regrouped = False
+        if stopping.stop_requested():
+            raise stopping.RunInterrupted(f"a group of {len(self.active)} runs stopped at step {step}")
+
     def run(self) -> list[RunResult]:
         cfg = self.members[0].trainer.config.train
-        start = time.perf_counter()
+        start = time.perf_counter() - self.offset
         for model in (self.template, *(m.trainer.model for m in self.members)):
             model.train()
-        for step in range(1, cfg.steps + 1):
+        with stopping.training() if any(self.files) else nullcontext():
+            self._train(cfg, start)
+        for position in range(len(self.active)):
+            self._finish(position, start)
+        return [self.finished[i] for i in range(len(self.members))]
+
+    def _train(self, cfg: Any, start: float) -> None:
+        for step in range(self.first_step, cfg.steps + 1):
             if not self.active:
                 break
+            self._checkpoint(step - 1, time.perf_counter() - start)
             batch = _pad([self.members[i].trainer.next_batch() for i in self.active]).to(self.device)
             params = dict(zip(self.names, self.params))
             losses = stacked_loss(self.forward(params, self.buffers, batch.inputs), batch)
@@ -309,9 +364,6 @@ class _GroupRun:
             if step % cfg.eval_every and step != cfg.steps:
                 continue
             self._evaluate(step, start, cfg)
-        for position in range(len(self.active)):
-            self._finish(position, start)
-        return [self.finished[i] for i in range(len(self.members))]
 
     def _evaluate(self, step: int, start: float, cfg: Any) -> None:
         """Each member's solo evaluation on its own model; members at the threshold stop early."""
@@ -324,6 +376,8 @@ class _GroupRun:
             result = member.result
             point = member.assessment.point(step, seconds)
             result.curve.append(point)
+            if self.watches[index] is not None:
+                self.watches[index].point(result, point, float(self.base_lrs[position]) * lr_factor(step, cfg))
             if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
                 result.steps_to_threshold, result.seconds_to_threshold = step, seconds
                 if cfg.early_stop:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
@@ -16,11 +17,13 @@ from sepbench.config import RunConfig, TrainConfig
 from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, stored_state_size
 from sepbench.tasks import Batch, Task, build_task
+from sepbench.train import checkpoint, stopping, watch
 from sepbench.train.data_cache import cached_split
 from sepbench.train.decode import evaluate_by_generation
 from sepbench.train.environment import (
     code_version, data_rng, git_commit, package_version, resolve_device, seed_everything,
 )
+from sepbench.train.keeping import Keeping
 from sepbench.train.memory import chunk_rows, memory_budget
 from sepbench.train.result import EvalInterval, EvalPoint, RunResult
 from sepbench.train.sequential import Interval, clopper_pearson, run_looks
@@ -151,9 +154,12 @@ def stored_interval(interval: Interval | None) -> EvalInterval | None:
 
 class Trainer:
     """Holds one run's task, model and data; ``run`` trains and returns the result, or ``train_until`` trains in
-    stretches (a learning-rate search stops and resumes runs held in memory) and ``finish`` returns it."""
+    stretches (a learning-rate search stops and resumes runs held in memory) and ``finish`` returns it.
 
-    def __init__(self, config: RunConfig) -> None:
+    ``keeping`` says where the run saves its state as it trains, and starts from a checkpoint it finds there
+    (``sepbench.train.checkpoint``), and where it shows its curve so far (``sepbench.train.watch``)."""
+
+    def __init__(self, config: RunConfig, keeping: Keeping | None = None) -> None:
         self.config = config
         self.device = resolve_device(config.device)
         seed_everything(config.seed)
@@ -177,6 +183,11 @@ class Trainer:
         self._assessment: Assessment | None = None
         self._seconds = 0.0
         self._stopped = False
+        self.keeping = keeping or Keeping()
+        self.checkpoint = checkpoint.open_checkpoint(self.keeping.checkpoints, config, checkpoint.SOLO)
+        if self.checkpoint is not None:
+            checkpoint.resume_trainer(self, self.checkpoint)
+        self.watch = watch.open_watch(config, self.keeping.store)
 
     def next_batch(self) -> Batch:
         size = self.config.train.batch_size
@@ -249,34 +260,40 @@ class Trainer:
         result = self._begin()
         start = time.perf_counter()
         self.model.train()
+        kept = self.checkpoint
         try:
-            for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
-                batch = self.next_batch().to(self.device)
-                loss = masked_loss(self.model(batch.inputs, positions=batch.mask), batch)
-                if not torch.isfinite(loss):
-                    result.status, result.error = "diverged", f"non-finite loss at step {step}"
-                    self._stopped = True
-                    break
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.optimizer.step()
-                self.scheduler.step()
-                result.steps = step
-                if step % cfg.eval_every and step != cfg.steps:
-                    continue
-                self._assessment = self.assess()
-                seconds = self._seconds + time.perf_counter() - start
-                point = self._assessment.point(step, seconds)
-                result.curve.append(point)
-                if on_eval is not None:
-                    on_eval(point)
-                if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
-                    result.steps_to_threshold, result.seconds_to_threshold = step, seconds
-                    if cfg.early_stop:
+            with stopping.training() if kept is not None else nullcontext():
+                for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
+                    if kept is not None:
+                        checkpoint.keep_trainer(self, kept, self._seconds + time.perf_counter() - start)
+                    batch = self.next_batch().to(self.device)
+                    loss = masked_loss(self.model(batch.inputs, positions=batch.mask), batch)
+                    if not torch.isfinite(loss):
+                        result.status, result.error = "diverged", f"non-finite loss at step {step}"
                         self._stopped = True
                         break
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if cfg.grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    result.steps = step
+                    if step % cfg.eval_every and step != cfg.steps:
+                        continue
+                    self._assessment = self.assess()
+                    seconds = self._seconds + time.perf_counter() - start
+                    point = self._assessment.point(step, seconds)
+                    result.curve.append(point)
+                    if self.watch is not None:
+                        self.watch.point(result, point, self.scheduler.get_last_lr()[0])
+                    if on_eval is not None:
+                        on_eval(point)
+                    if point.accuracy >= cfg.threshold and result.steps_to_threshold is None:
+                        result.steps_to_threshold, result.seconds_to_threshold = step, seconds
+                        if cfg.early_stop:
+                            self._stopped = True
+                            break
         finally:
             self._seconds += time.perf_counter() - start
         return result
@@ -299,6 +316,10 @@ class Trainer:
         self.settle(result, self._assessment)
         self._seconds += time.perf_counter() - start
         result.wall_seconds = self._seconds
+        if self.checkpoint is not None:
+            self.checkpoint.delete()
+        if self.watch is not None:
+            self.watch.close()
         return result
 
     def run(self, progress: bool | None = None) -> RunResult:

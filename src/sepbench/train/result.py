@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from sepbench.config import RunConfig
+from sepbench.config import WATCH_FIELDS, RunConfig
 
 RunStatus = Literal["solved", "completed", "diverged", "failed", "pruned"]
 
@@ -73,6 +73,12 @@ class RunResult(BaseModel):
     git_commit: str | None = None
     created_at: str = ""
     error: str | None = None
+    resumed_from: list[int] = Field(default_factory=list, description="steps of the checkpoints the run resumed from")
+
+    @field_serializer("config")
+    def _config_without_watch_fields(self, config: RunConfig) -> dict[str, Any]:
+        """How the run was kept and watched is no part of its record (nor of its hash)."""
+        return config.model_dump(mode="json", exclude={"train": WATCH_FIELDS})
 
     @field_validator("metrics", mode="before")
     @classmethod

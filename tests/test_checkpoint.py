@@ -1,0 +1,282 @@
+"""Checkpoints: a run killed in the middle resumes from its checkpoint and ends exactly as the uninterrupted run.
+
+The tests that kill a command are marked slow for its start-up (importing torch), not for training.
+"""
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sepbench import RunConfig, Store
+from sepbench.sweep import SweepSpec, run_sweep
+from sepbench.sweep.halving import run_halving
+from sepbench.train import checkpoint, train
+from sepbench.train.group import train_group
+from sepbench.train.keeping import Keeping
+from sepbench.train.loop import Trainer
+
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+SEPBENCH = [sys.executable, "-m", "sepbench"]
+BASE = {"task": {"name": "index_lookup", "length": 12},
+        "model": {"name": "transformer", "width": 8, "heads": 2},
+        "train": {"steps": 150, "eval_every": 25, "eval_samples": 50, "batch_size": 8, "warmup_steps": 5,
+                  "early_stop": False, "checkpoint_every": 0.02},
+        "device": "cpu"}
+
+
+def config(seed: int = 0, **train_fields) -> RunConfig:
+    return RunConfig.build({**BASE, "seed": seed, "train": {**BASE["train"], **train_fields}})
+
+
+def outcome(result):
+    """Everything a run computes (not its timings): the same on CPU however often it was stopped."""
+    return (result.status, result.steps, result.steps_to_threshold, result.metrics, result.intervals,
+            [(p.step, p.loss, p.accuracy, p.interval) for p in result.curve])
+
+
+def kill_after_checkpoint(command: list[str], folder: Path, ready=lambda: True,
+                          signum: int = signal.SIGKILL) -> tuple[int, float, str]:
+    """Start ``command``; once a checkpoint is in ``folder`` and ``ready()``, send ``signum`` to its whole process
+    group (as a terminal's Ctrl-C does for SIGINT). Returns its exit code, the seconds it took to end, its stderr."""
+    process = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (any(folder.glob("*.pt")) and ready()):
+            assert process.poll() is None, f"ended before a checkpoint: {process.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.01)
+        start = time.monotonic()
+        os.killpg(process.pid, signum)
+        stderr = process.communicate(timeout=60)[1]
+        return process.returncode, time.monotonic() - start, stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def write_spec(path: Path, **spec) -> Path:
+    path.write_text(yaml.safe_dump({"name": "resume", "base": BASE, **spec}))
+    return path
+
+
+@pytest.mark.slow
+def test_a_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
+    cfg, store = config(), tmp_path / "runs.db"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({**BASE, "train": {**BASE["train"], "checkpoint_every": 300}}))
+    command = [*SEPBENCH, "run", "--config", str(tmp_path / "run.yaml"), "--store", str(store),
+               "--set", "train.checkpoint_every=0.02"]
+    kill_after_checkpoint(command, tmp_path / "runs.db.checkpoints")
+    assert not Store(store).has(cfg.config_hash())
+    resumed = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    stored = Store(store).get(cfg.config_hash())
+    assert len(stored.resumed_from) == 1 and 0 < stored.resumed_from[0] < 150
+    assert f"run {cfg.config_hash()} resumes from its checkpoint at step {stored.resumed_from[0]}" in resumed.stderr
+    assert outcome(stored) == outcome(train(cfg, progress=False))
+    assert not list((tmp_path / "runs.db.checkpoints").iterdir())  # a finished run deletes its checkpoint
+    shown = subprocess.run([*SEPBENCH, "results", "--store", str(store), "--by-seed", "--format", "json"], env=ENV,
+                           capture_output=True, text=True, timeout=60)
+    assert f'"resumed_from":[\n      {stored.resumed_from[0]}\n    ]' in shown.stdout
+
+
+def test_checkpoint_every_and_the_folder_enter_no_hash():
+    assert config(checkpoint_every=2).config_hash() == config(checkpoint_every=0).config_hash()
+    assert config(tensorboard="tb").cell_hash() == config().cell_hash()
+    assert "checkpoint_every" not in train(config(steps=2, checkpoint_every=2), progress=False).model_dump_json()
+
+
+@pytest.mark.slow
+def test_a_run_in_a_sweep_on_the_local_pool_resumes(tmp_path, monkeypatch):
+    spec = write_spec(tmp_path / "sweep.yaml", seeds=[0, 1])
+    store, folder = tmp_path / "runs.db", tmp_path / "shared"
+    command = [*SEPBENCH, "sweep", str(spec), "--workers", "2", "--store", str(store), "--checkpoints", str(folder)]
+    kill_after_checkpoint(command, folder)
+    monkeypatch.setenv("SEPBENCH_CHECKPOINTS", str(folder))
+    configs = SweepSpec.from_yaml(spec).expand()
+    run_sweep(configs, Store(store))  # inline: the checkpoints, not the pool, carry the runs on
+    results = [Store(store).get(c.config_hash()) for c in configs]
+    assert any(r.resumed_from for r in results)
+    for cfg, result in zip(configs, results):
+        assert outcome(result) == outcome(train(cfg, progress=False))
+    assert not list(folder.iterdir())
+
+
+@pytest.mark.slow
+def test_a_grouped_run_resumes_as_the_uninterrupted_group(tmp_path):
+    spec = write_spec(tmp_path / "group.yaml", seeds=[0, 1, 2])
+    store = tmp_path / "runs.db"
+    folder = tmp_path / "runs.db.checkpoints"
+    every_member = lambda: len(list(folder.glob("*.pt"))) == 3  # noqa: E731 - members save one after another
+    kill_after_checkpoint([*SEPBENCH, "sweep", str(spec), "--group-size", "3", "--store", str(store)], folder,
+                          ready=every_member)
+    configs = SweepSpec.from_yaml(spec).expand()
+    run_sweep(configs, Store(store), group_size=3)
+    results = [Store(store).get(c.config_hash()) for c in configs]
+    assert all(len(r.resumed_from) == 1 for r in results)
+    assert [outcome(r) for r in results] == [outcome(r) for r in train_group(configs)]
+
+
+@pytest.mark.slow
+def test_the_survivors_of_an_interrupted_rung_resume(tmp_path):
+    base = {**BASE, "model": {"name": "lstm", "width": 8}, "train": {**BASE["train"], "steps": 200, "eval_every": 25}}
+    spec = tmp_path / "halving.yaml"
+    spec.write_text(yaml.safe_dump({"name": "halving", "base": base, "lr_grid": [3e-2, 1e-2, 3e-3, 1e-3],
+                                    "lr_search": "halving"}))
+    store = tmp_path / "runs.db"
+    pruned = lambda: store.exists() and len(Store(store).query(status="pruned")) == 2  # noqa: E731 - past rung 50
+    kill_after_checkpoint([*SEPBENCH, "sweep", str(spec), "--store", str(store)], tmp_path / "runs.db.checkpoints",
+                          ready=pruned)
+    configs = SweepSpec.from_yaml(spec).expand()
+    resumed = run_halving(configs, Store(store))
+    full_store = Store(tmp_path / "full.db")
+    full = run_halving(configs, full_store)
+    assert resumed.skipped == 2 and len(resumed.results) == 2 and all(r.resumed_from for r in resumed.results)
+    assert resumed.steps == sum(r.steps - r.resumed_from[0] for r in resumed.results) < full.steps - 2 * 50
+    by_hash = {r.config_hash: outcome(r) for r in full_store.results()}
+    assert {r.config_hash: outcome(r) for r in Store(store).results()} == by_hash
+
+
+SHORT = config(checkpoint_every=1e-9, steps=50)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return outcome(train(SHORT, progress=False))
+
+
+def _written_checkpoint(tmp_path: Path, cfg: RunConfig) -> Path:
+    trainer = Trainer(cfg, Keeping(tmp_path))
+    trainer.train_until(30)
+    return trainer.checkpoint.path
+
+
+@pytest.mark.parametrize("spoil, reason", [
+    (lambda path, payload: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]), "cannot be read"),
+    (lambda path, payload: path.write_bytes(b"not a checkpoint"), "cannot be read"),
+    (lambda path, payload: torch.save({**payload, "config_hash": "0123456789abcdef"}, path), "holds config"),
+    (lambda path, payload: torch.save({**payload, "code_version": "000000000000"}, path), "other code wrote it"),
+    (lambda path, payload: torch.save({**payload, "kind": checkpoint.MEMBER}, path), "holds a member run"),
+], ids=["truncated", "corrupt", "other config", "other code", "other kind"])
+def test_a_bad_checkpoint_is_set_aside_with_one_warning_and_the_run_starts_over(tmp_path, capfd, spoil, reason,
+                                                                               uninterrupted):
+    cfg = SHORT
+    path = _written_checkpoint(tmp_path, cfg)
+    spoil(path, torch.load(path, weights_only=True))
+    capfd.readouterr()
+    result = train(cfg, progress=False, keeping=Keeping(tmp_path))
+    warning = capfd.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith(f"warning: checkpoint {path} set aside") and reason in warning[0]
+    assert result.resumed_from == [] and outcome(result) == uninterrupted
+    assert path.with_suffix(".bad").exists() and not path.exists()
+
+
+def test_a_checkpoint_taken_at_any_step_resumes_exactly(tmp_path):
+    cfg = config(checkpoint_every=1e-9, steps=80, eval_every=20)
+    for stop in (2, 21, 57):
+        folder = tmp_path / str(stop)
+        Trainer(cfg, Keeping(folder)).train_until(stop)
+        resumed = Trainer(cfg, Keeping(folder))
+        assert resumed.result.steps == stop - 1 and resumed.result.resumed_from == [stop - 1]
+        assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_a_run_says_so_and_the_same_command_resumes_it(tmp_path):
+    cfg, store = config(checkpoint_every=300), tmp_path / "runs.db"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    command = [*SEPBENCH, "run", "--config", str(tmp_path / "run.yaml"), "--store", str(store)]
+    process = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (store.exists() and Store(store).running()):  # its first evaluation is in
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-2000:]
+            time.sleep(0.01)
+        os.killpg(process.pid, signal.SIGINT)
+        code, stderr = process.wait(timeout=60), process.stderr.read()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    lines = " ".join(stderr.split())
+    assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert f"checkpointed 1 run in flight in {store}.checkpoints (at step" in lines
+    assert f"interrupted: run {cfg.config_hash()} did not finish" in lines
+    again = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = Store(store).get(cfg.config_hash())
+    assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
+    assert not Store(store).running()
+
+
+def _ray_task_pids() -> set[int]:
+    """Processes that Ray titled as running a sweep's run (``ray::_run_remote``)."""
+    found = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if cmdline.read_bytes().startswith(b"ray::_run_remote"):
+                found.add(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the Ray worker in /proc")
+def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
+    pytest.importorskip("ray")
+    cfg, store, folder = config(steps=400), tmp_path / "runs.db", tmp_path / "shared"
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"name": "one", "base": cfg.model_dump(mode="json")}))
+    command = [*SEPBENCH, "sweep", str(tmp_path / "one.yaml"), "--backend", "ray", "--workers", "1",
+               "--store", str(store), "--checkpoints", str(folder)]
+    env = {**ENV, "RAY_AUTH_MODE": "disabled"}
+    sweep = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (any(folder.glob("*.pt")) and _ray_task_pids()):
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.stderr.read()[-2000:]
+            time.sleep(0.01)
+        for pid in _ray_task_pids():
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = sweep.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 1 and "--retry-failed resumes it" in " ".join(stderr.split()), stderr[-2000:]
+    assert Store(store).get(cfg.config_hash()).status == "failed"
+    again = subprocess.run([*command, "--retry-failed"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = Store(store).get(cfg.config_hash())
+    assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, options", [
+    ({"seeds": [0, 1, 2, 3]}, ["--group-size", "2"]),
+    ({"grid": {"model.width": [8, 12]}, "lr_grid": [1e-2, 1e-3], "lr_search": "halving"}, []),
+], ids=["stacked groups", "halving cells"])
+def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options):
+    path, folder = tmp_path / "runs.db", tmp_path / "runs.db.checkpoints"
+    spec_file = write_spec(tmp_path / "spec.yaml", **spec)
+    four = lambda: len(list(folder.glob("*.pt"))) == 4  # noqa: E731 - every run has saved once
+    code, seconds, stderr = kill_after_checkpoint(
+        [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder, ready=four,
+        signum=signal.SIGINT)
+    assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
+    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert f"in flight in {path}.checkpoints (at step" in " ".join(stderr.split())
+    configs = SweepSpec.from_yaml(spec_file).expand()
+    stored = {c.config_hash() for c in configs if Store(path).has(c.config_hash())}
+    assert len(stored) < len(configs)
+    if "halving" in spec.values():
+        run_halving(configs, Store(path))
+    else:
+        run_sweep(configs, Store(path), group_size=2)
+    assert all(Store(path).get(c.config_hash()).resumed_from for c in configs if c.config_hash() not in stored)

@@ -1,0 +1,95 @@
+"""Live curves: TensorBoard scalars and the store's running runs, written as each evaluation comes."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sepbench import RunConfig, Store
+from sepbench.cli import app
+from sepbench.train import train
+from sepbench.train.keeping import Keeping
+from sepbench.train.loop import Trainer
+from sepbench.train.watch import run_name
+
+runner = CliRunner()
+BASE = {"task": {"name": "index_lookup", "length": 12}, "model": {"name": "transformer", "width": 8, "heads": 2},
+        "train": {"steps": 60, "eval_every": 20, "eval_samples": 300, "batch_size": 8, "warmup_steps": 5,
+                  "schedule": "linear", "early_stop": False},
+        "device": "cpu"}
+
+
+def config(**train_fields) -> RunConfig:
+    return RunConfig.build({**BASE, "train": {**BASE["train"], **train_fields}})
+
+
+def scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of one run's event files, read back by TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_gets_every_evaluation_of_a_run_in_its_own_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    cfg = config(tensorboard=str(tmp_path / "tb"))
+    result = train(cfg, progress=False)
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert folder.name == run_name(cfg) and folder.name.endswith(f"_{cfg.cell_hash()}_seed0")
+    found = scalars(folder)
+    assert found["eval/accuracy"] == [(p.step, pytest.approx(p.accuracy, rel=1e-6)) for p in result.curve]
+    assert found["eval/loss"] == [(p.step, pytest.approx(p.loss, rel=1e-6)) for p in result.curve]
+    assert found["eval/accuracy_low"] == [(p.step, pytest.approx(p.interval.low, rel=1e-6)) for p in result.curve]
+    assert found["eval/accuracy_high"] == [(p.step, pytest.approx(p.interval.high, rel=1e-6)) for p in result.curve]
+    lrs = [lr for _, lr in found["train/lr"]]
+    assert [s for s, _ in found["train/lr"]] == [20, 40, 60] and lrs[0] > lrs[1] > lrs[2] == 0.0  # linear decay
+    assert [s for s, _ in found["train/steps_per_second"]] == [40, 60]
+    assert all(rate > 0 for _, rate in found["train/steps_per_second"])
+
+
+def test_the_tensorboard_flag_gives_each_seed_its_folder_and_enters_no_hash(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEPBENCH_TENSORBOARD", "")  # the flag sets it for this process: undone after the test
+    args = ["run", "--task", "index_lookup", "--length", "12", "--width", "8", "--heads", "2", "--steps", "20",
+            "--store", "runs.db", "--tensorboard", "tb", "--set", "train.eval_every=10", "--set",
+            "train.eval_samples=50", "--set", "device=cpu"]
+    for seed in ("0", "1"):
+        assert runner.invoke(app, [*args, "--seed", seed]).exit_code == 0
+    names = sorted(p.name for p in (tmp_path / "tb").iterdir())
+    assert [n.rsplit("_", 1)[1] for n in names] == ["seed0", "seed1"] and len({n.rsplit("_", 1)[0] for n in names}) == 1
+    plain = RunConfig.build({"task": {"length": 12}, "model": {"width": 8, "heads": 2}, "seed": 0,
+                             "train": {"steps": 20, "eval_every": 10, "eval_samples": 50}})
+    assert Store(tmp_path / "runs.db").has(plain.config_hash())
+
+
+def test_a_run_in_training_is_listed_with_its_step_accuracy_and_eta_until_it_is_stored(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    trainer = Trainer(config(), Keeping(store=store.path))
+    trainer.train_until(40)
+    (running,) = store.running()
+    assert running.result.steps == 40 and [p.step for p in running.result.curve] == [20, 40] and running.alive
+    shown = runner.invoke(app, ["results", "--store", str(store.path), "--running", "--format", "json"])
+    (row,) = json.loads(shown.stdout)
+    assert (row["step"], row["steps"], row["state"]) == (40, 60, "training")
+    assert row["accuracy"] == running.result.curve[-1].accuracy
+    assert row["eta_seconds"] == pytest.approx(row["seconds"] / 40 * 20)
+    table = runner.invoke(app, ["results", "--store", str(store.path), "--running"])
+    assert "40/60" in table.stdout and "1 runs in training" in table.stdout
+    store.put(trainer.finish())
+    assert store.running() == []
+    assert "no runs in training" in runner.invoke(app, ["results", "--store", str(store.path), "--running"]).stdout
+
+
+def test_each_member_of_a_stacked_group_shows_its_curve(tmp_path):
+    from sepbench.train.group import train_group
+
+    store = Store(tmp_path / "runs.db")
+    configs = [RunConfig.build({**BASE, "seed": seed, "train": {**BASE["train"], "lr": lr}})
+               for seed, lr in ((0, 1e-3), (1, 3e-3))]
+    seen: list[dict[str, list[int]]] = []
+    train_group(configs, keeping=Keeping(store=store.path), on_result=lambda result: seen.append(
+        {r.result.config_hash: [p.step for p in r.result.curve] for r in store.running()}))
+    every = {c.config_hash(): [20, 40, 60] for c in configs}
+    assert seen == [every, every]  # nothing stores them here, so both stay listed
