@@ -86,9 +86,9 @@ class MambaBlock(Mixer):
     def _ssm_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Delta [..., E], B [..., N], C [..., N] from the convolved inner activations (the selection, sec. 3.2)."""
         dt, b, c = self.x_proj(u).split([self.dt_rank, self.state_size, self.state_size], dim=-1)
-        # dt_proj through its transposed weight: autograd then forms the weight's gradient as dt^T @ grad [R, E],
-        # a product CPU GEMMs run ~8x faster than F.linear's grad^T @ dt [E, R] over B*T rows (R = 4 at width 64)
-        return F.softplus(dt @ self.dt_proj.weight.t() + self.dt_proj.bias), b, c
+        # dt_proj through a contiguous copy of its transposed weight: autograd then forms the weight's gradient as
+        # dt^T @ grad [R, E], a product CPU GEMMs run ~8x faster than F.linear's grad^T @ dt [E, R] (R = 4 at width 64)
+        return F.softplus(dt @ self.dt_proj.weight.t().contiguous() + self.dt_proj.bias), b, c
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
