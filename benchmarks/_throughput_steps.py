@@ -2,7 +2,7 @@
 
 A step is what ``Trainer.train_until`` does between evaluations: sample a batch, forward, backward, Adam.
 ``python benchmarks/_throughput_steps.py --table`` prints the per-step table of every mixer at N = 20, 100, 400
-(width 64, one layer, batch 64, Index Lookup) with the matrix-product GFLOP/s it reaches. Times are CPU seconds
+(width 64, one layer, batch 64, Index Lookup) with the matrix-product GFLOP/s it reaches (``step_flops``). Times are CPU seconds
 of this one-thread process (``time.process_time``), which a busy machine disturbs far less than wall time.
 """
 from __future__ import annotations
@@ -24,10 +24,13 @@ from _throughput_common import Ratio  # noqa: E402
 from _throughput_models import alternate  # noqa: E402
 from sepbench.config import RunConfig  # noqa: E402
 from sepbench.models import MODELS  # noqa: E402
-from sepbench.models.accounting import forward_flops  # noqa: E402
+from sepbench.models.accounting import COUNTED_ELSEWHERE  # noqa: E402
+from sepbench.models.mixers.cpu_kernels import pytorch_forms  # noqa: E402
 from sepbench.models.mixers.mamba_cpu import fused_selective_scan  # noqa: E402
 from sepbench.models.mixers.selective_scan import selective_scan  # noqa: E402
 from sepbench.train import Trainer  # noqa: E402
+from sepbench.train.loop import masked_loss  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 BATCH, WIDTH = 64, 64
 CLOCK = time.process_time
@@ -89,21 +92,30 @@ def measure(quick: bool) -> list[Ratio]:
             step_ratio("dss_step_vs_lstm_N100", "dss", 100, 1.3, quick)]
 
 
+def step_flops(run: Trainer) -> int:
+    """Matrix-product FLOPs of one training step (forward and backward of the loss at the scored positions), as
+    torch.utils.flop_counter counts them on the mixers' PyTorch forms (a kernel's arithmetic is invisible to it)."""
+    batch = run.next_batch()
+    with pytorch_forms(), FlopCounterMode(display=False, custom_mapping=COUNTED_ELSEWHERE) as counter:
+        masked_loss(run.model(batch.inputs, positions=batch.mask), batch).backward()
+    run.model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
 def table(lengths: list[int], repeats: int, count: int) -> None:
-    """Per-step milliseconds (min and median) and matrix-product GFLOP/s (3 x forward FLOPs x batch) per mixer."""
-    print(f"one training step (ms, min/median of {repeats} x {count} steps) and GFLOP/s at the median; "
-          f"Index Lookup, width {WIDTH}, 1 layer, batch {BATCH}, {torch.get_num_threads()} thread(s)")
-    print(f"{'model':<20}" + "".join(f"{'N=' + str(n):>24}" for n in lengths))
+    """Per-step milliseconds (min and median) and the GFLOP/s of ``step_flops`` at the median, per mixer."""
+    print(f"one training step (ms, min/median of {repeats} x {count} steps) and matrix-product GFLOP/s at the "
+          f"median; Index Lookup, width {WIDTH}, 1 layer, batch {BATCH}, {torch.get_num_threads()} thread(s)")
+    print(f"{'model':<20}" + "".join(f"{'N=' + str(n):>26}" for n in lengths))
     for name in MODELS.names():
         cells = []
         for length in lengths:
             run = trainer(name, length)
+            flops = step_flops(run)
             times = alternate({name: steps(run, count)}, repeats, CLOCK)[name]
             low, mid = per_step(times, count)
-            tokens = run.task.max_seq_len(length)
-            gflops = 3 * forward_flops(run.model, tokens) * BATCH / mid / 1e9
-            cells.append(f"{1e3 * low:.1f}/{1e3 * mid:.1f} ms {gflops:5.1f}")
-        print(f"{name:<20}" + "".join(f"{cell:>24}" for cell in cells), flush=True)
+            cells.append(f"{1e3 * low:.1f}/{1e3 * mid:.1f} ms {flops / mid / 1e9:5.1f}")
+        print(f"{name:<20}" + "".join(f"{cell:>26}" for cell in cells), flush=True)
 
 
 if __name__ == "__main__":
