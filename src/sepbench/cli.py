@@ -1014,6 +1014,7 @@ def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
 
 class ClaimScale(str, Enum):
     quick = "quick"
+    cpu = "cpu"
     paper = "paper"
 
 
@@ -1021,8 +1022,9 @@ class ClaimScale(str, Enum):
 def reproduce(
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
     claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
-    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (about an hour per claim on 2 CPU "
-                                     "cores) or paper (the paper's protocol)"),
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, about an hour per claim "
+                                     "on 2 CPU cores), cpu (the lengths the papers name, <= 6 core-hours per claim) "
+                                     "or paper (the paper's protocol)"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
@@ -1090,9 +1092,11 @@ def _print_catalogue(claims, scale: str) -> None:
     """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
     for claim in claims:
         runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
-        beyond = " [beyond the paper]" if claim.beyond_paper else ""
+        beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
         out.print(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}", highlight=False, soft_wrap=True)
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
+        if claim.note:
+            out.print(f"  note: {claim.note}", highlight=False, soft_wrap=True, markup=False)
         for condition in claim.conditions:
             out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
         out.print(f"  verdicts need >= {claim.min_seeds} seeds per group", highlight=False, soft_wrap=True)
@@ -1101,26 +1105,34 @@ def _print_catalogue(claims, scale: str) -> None:
 def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
     table = Table(title=f"reproduce --dry-run ({scale} scale)")
     table.add_column("claim", no_wrap=True)
-    for column in ("runs", "stored", "to train", "estimate"):
+    for column in ("runs", "stored", "to train", "core-hours", "estimate"):
         table.add_column(column)
-    every, known = [], {}
+    every, known, claim_seconds = [], {}, {}
     for p in plans:
         if p.claim.kind == "theory":
-            table.add_row(p.claim.id, "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
+            table.add_row(p.claim.id, "-", "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
             continue
         every += p.todo
+        found = estimate(p.todo, db, known=known)
+        claim_seconds[p.claim.id] = found.seconds
         table.add_row(p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
-                      estimate(p.todo, db, known=known).text(1))
+                      f"{found.seconds / 3600:.2f}", found.text(1))
     out.print(table)
     unique = list({cfg.config_hash(): cfg for cfg in every}.values())
     for cfg in unique:
         out.print(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
                   f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}",
                   highlight=False, soft_wrap=True)
-    out.print(f"{len(unique)} runs to train: {estimate(unique, db, known=known).text(workers)}", highlight=False, soft_wrap=True)
+    total = estimate(unique, db, known=known)
+    out.print(f"{len(unique)} runs to train: {total.text(workers)}", highlight=False, soft_wrap=True)
+    out.print(f"core-hours (one run on one core, every step, no early stop; runs shared by claims counted once in the "
+              f"total): {total.seconds / 3600:.2f} in all; per claim at most "
+              f"{max(claim_seconds.values(), default=0.0) / 3600:.2f}", highlight=False, soft_wrap=True)
 
 
 def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
+    from sepbench.claims.report import shown_verdict, tally
+
     table = Table(title=f"reproduction, {scale} scale"
                   + (" (overridden: " + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""))
     table.add_column("claim", no_wrap=True)
@@ -1134,12 +1146,10 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
             lines.append(f"{o.text}: {o.verdict}")
             lines += [f"  {e}" for e in o.evidence]
             lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
-        table.add_row(v.claim.id, f"{v.claim.paper}, {v.claim.where}", "\n".join(lines), v.verdict,
+        table.add_row(v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
                       f"{v.wall_seconds:.0f} s")
     out.print(table)
-    counts = {name: sum(v.verdict == name for v in verdicts) for name in ("reproduced", "not reproduced",
-                                                                           "inconclusive")}
-    out.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False, soft_wrap=True)
+    out.print(tally(verdicts), highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -19,18 +19,21 @@ Check = Callable[[dict[str, Any]], Series]
 
 
 def construction(params: dict[str, Any]) -> Series:
-    """Accuracy of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length and seed of its codes."""
+    """Accuracy, model width and code width of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length
+    and seed of its codes."""
     from sepbench.theory.constructions import construct
 
     name = params["name"]
     accuracy: dict[float, list[float]] = {}
     widths: dict[float, list[float]] = {}
+    model_widths: dict[float, list[float]] = {}
     for n in params["lengths"]:
         for seed in params.get("seeds", [0, 1, 2]):
             built = construct(name, n, None, seed)
             accuracy.setdefault(n, []).append(built.accuracy(params.get("samples", 1000), seed))
             widths.setdefault(n, []).append(float(built.code_width))
-    return {"accuracy": accuracy, "code width": widths}
+            model_widths.setdefault(n, []).append(float(built.width))
+    return {"accuracy": accuracy, "code width": widths, "model width": model_widths}
 
 
 def bound_bites(params: dict[str, Any]) -> Series:
@@ -44,15 +47,19 @@ def bound_bites(params: dict[str, Any]) -> Series:
 
 def random_networks(params: dict[str, Any]) -> Series:
     """Deng et al.'s success event E over random networks (reconstructed data): per value of the swept parameter
-    and per seed, the fraction of ``trials`` draws with E, and the fraction where linear attention stays 0 on D1."""
+    and per seed, the fraction of ``trials`` draws with E, and the fraction where linear attention stays 0 on D1.
+    ``figure``: the sweep of a packaged figure config (``configs/deng2023/<figure>.yaml``) instead of ``values``."""
     from sepbench.theory.softmax_vs_linear.experiment import Setting, run_point
+    from sepbench.theory.softmax_vs_linear.figures import load_figure
 
     event: dict[float, list[float]] = {}
     silent: dict[float, list[float]] = {}
-    for value in params["values"]:
-        setting = Setting.from_flat(params["model"], {**params.get("fixed", {}), params["parameter"]: value})
+    figure = load_figure(params["figure"]) if "figure" in params else None
+    for value in figure.grid() if figure else params["values"]:
+        setting = figure.setting(value) if figure else Setting.from_flat(
+            params["model"], {**params.get("fixed", {}), params["parameter"]: value})
         for seed in params.get("seeds", [0, 1, 2]):
-            point = run_point(setting, params.get("trials", 100), seed)
+            point = run_point(setting, figure.trials if figure else params.get("trials", 100), seed)
             event.setdefault(value, []).append(point.successes / point.trials)
             silent.setdefault(value, []).append(point.lin_d1_zero / point.trials)
     return {"E": event, "linear silent on D1": silent}
