@@ -261,3 +261,20 @@ def test_a_theory_check_that_raises_is_an_inconclusive_verdict_with_its_reason(t
     verdict = judge(claim, "quick", Store(tmp_path / "s.db"))
     assert verdict.verdict == INCONCLUSIVE
     assert verdict.outcomes[0].reasons == [f"the check {claim.check} failed: ValueError: codes too narrow"]
+
+
+PAST = {"il-tf-vs-recurrent": 100, "mamba-wide-vs-transformer": 100, "dyck-depth": 100, "eq-random": 100,
+        "eq-ncp": 400}
+"""The length past which each separation's text places it (001 L196, L886, L198, L908, L916)."""
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_separations_are_judged_only_past_the_lengths_the_text_names(scale):
+    for claim in catalogue():
+        bounds = [(c, PAST[claim.id]) for c in claim.conditions if claim.id in PAST]
+        if claim.id == "mamba-width":  # the LSTM "for lengths above 100" (L886)
+            bounds = [(c, 100) for c in claim.conditions if "LSTM" in c.text]
+        for condition, bound in bounds:
+            lengths = condition.lengths_at(scale)
+            assert lengths and min(lengths) > bound, (claim.id, condition.text, scale, lengths)
+            assert set(lengths) <= {cfg.task.length for cfg in claim.configs(scale)}, (claim.id, scale)

@@ -1036,6 +1036,12 @@ def reproduce(
     group_size: Optional[int] = typer.Option(None, "--group-size", min=1,
                                              help="runs of one cell (seeds, lrs) trained stacked in one worker "
                                                   "[default: per device, 1 on CPU; see docs/sweeps.md]"),
+    evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
+                                  "training nothing; with --store, your stored runs are judged beside it"),
+    evidence_dir: Path = typer.Option(Path("evidence"), "--evidence-dir", help="the evidence folder: "
+                                      "<dir>/<scale>/<claim>.jsonl"),
+    write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
+                                        "(or check result) to --evidence-dir as JSON lines"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
@@ -1052,6 +1058,12 @@ def reproduce(
     with bad_input_exits():
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
+        if evidence and (overrides or dry_run or write_evidence):
+            raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
+                              "--store, --evidence-dir (not --set, --dry-run or --write-evidence)")
+        if evidence:
+            _reproduce_from_evidence(claims, scale.value, evidence_dir, store)
+            return
         db = Store(store)
         plans = [plan_claim(c, scale.value, db, overrides, Reuse(retry_failed=retry_failed))
                  for c in claims] if not list_only else []
@@ -1081,6 +1093,44 @@ def reproduce(
 
     page = write(verdicts, out_dir, _budget_text(scale.value, overrides))
     out.print(f"wrote {page} with {len(verdicts)} figures", highlight=False, soft_wrap=True)
+    if write_evidence:
+        from sepbench.claims import evidence as shipped
+
+        for claim in claims:
+            path, count = shipped.write(claim, scale.value, db, evidence_dir, overrides)
+            out.print(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}",
+                      highlight=False, soft_wrap=True)
+
+
+def _reproduce_from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
+    """The verdict table from the shipped evidence (a scratch store, nothing trained), and, with ``store``, the
+    verdicts of the user's own stored runs beside it."""
+    import tempfile
+
+    from sepbench.claims import evidence as shipped
+    from sepbench.claims.reproduce import judge
+    from sepbench.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="sepbench-evidence-") as scratch, bad_input_exits():
+        db = Store(Path(scratch) / "evidence.db")
+        missing = shipped.load(claims, scale, evidence_dir, db)
+        verdicts = [shipped.unshipped(c, scale) if c.id in missing else judge(c, scale, db, train=False)
+                    for c in claims]
+        mine = [judge(c, scale, Store(store), train=False) for c in claims] if store is not None else None
+    out.print(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained); "
+              f"{len(missing)} of {len(claims)} claims have none", highlight=False, soft_wrap=True)
+    _print_verdicts(verdicts, scale, {})
+    if mine is not None:
+        from sepbench.claims.report import shown_verdict, tally
+
+        table = Table(title=f"shipped evidence beside {store}")
+        for column in ("claim", "shipped", "yours", "your evidence"):
+            table.add_column(column, no_wrap=column == "claim")
+        for ours, yours in zip(verdicts, mine):
+            first = "; ".join(o.evidence[0] for o in yours.outcomes if o.evidence) or "no runs"
+            table.add_row(ours.claim.id, shown_verdict(ours), shown_verdict(yours), first)
+        out.print(table)
+        out.print(f"yours: {tally(mine)}", highlight=False, soft_wrap=True)
 
 
 def _budget_text(scale: str, overrides: dict) -> str:

@@ -99,25 +99,43 @@ def _key(check: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([check, params], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False) -> tuple[Series, float, bool]:
-    """The check's series, from the cache beside the store when there; returns (series, seconds, reused)."""
-    if check not in CHECKS:
-        raise ValueError(f"unknown check '{check}'; allowed: {', '.join(CHECKS)}")
+class NotComputed(LookupError):
+    """A check asked for from its cache alone that the cache does not hold."""
+
+
+def cache_entry(check: str, params: dict[str, Any], store_path: Path) -> dict[str, Any] | None:
+    """The cached entry of ``check`` at ``params`` beside the store (check, params, series, seconds), if any."""
     path = cache_path(store_path)
     entries = json.loads(path.read_text()) if path.is_file() else {}
-    key = _key(check, params)
-    if key in entries and not refresh:
-        entry = entries[key]
-        return _decode(entry["series"]), float(entry["seconds"]), True
-    start = time.perf_counter()
-    series = CHECKS[check](params)
-    seconds = time.perf_counter() - start
+    return entries.get(_key(check, params))
+
+
+def put_entry(entry: dict[str, Any], store_path: Path) -> None:
+    """Add an entry (as ``cache_entry`` returns it) to the cache beside the store, written whole."""
+    path = cache_path(store_path)
     entries = json.loads(path.read_text()) if path.is_file() else {}
-    entries[key] = {"check": check, "params": params, "series": _encode(series), "seconds": seconds}
+    entries[_key(entry["check"], entry["params"])] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
     partial.replace(path)
+
+
+def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False,
+           compute: bool = True) -> tuple[Series, float, bool]:
+    """The check's series, from the cache beside the store when there; returns (series, seconds, reused).
+    ``compute`` False raises ``NotComputed`` instead of running a check the cache lacks."""
+    if check not in CHECKS:
+        raise ValueError(f"unknown check '{check}'; allowed: {', '.join(CHECKS)}")
+    entry = None if refresh else cache_entry(check, params, store_path)
+    if entry is not None:
+        return _decode(entry["series"]), float(entry["seconds"]), True
+    if not compute:
+        raise NotComputed(f"no stored result of the check {check} at these params")
+    start = time.perf_counter()
+    series = CHECKS[check](params)
+    seconds = time.perf_counter() - start
+    put_entry({"check": check, "params": params, "series": _encode(series), "seconds": seconds}, store_path)
     return series, seconds, False
 
 

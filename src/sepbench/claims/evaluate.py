@@ -50,6 +50,7 @@ from sepbench.train.result import RunResult
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 STILL_LEARNING = "still learning at"
+NO_EVIDENCE = "no evidence shipped"
 INF = math.inf
 
 
@@ -104,6 +105,8 @@ class ClaimVerdict:
         """The verdict, as "inconclusive: still learning at B steps" when a deciding run was still learning."""
         if self.verdict != INCONCLUSIVE:
             return self.verdict
+        if self.outcomes and all(r.startswith(NO_EVIDENCE) for o in self.outcomes for r in o.reasons):
+            return f"{INCONCLUSIVE}: {NO_EVIDENCE}"
         budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
                           if STILL_LEARNING in reason}, key=int)
         return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps" if budgets else self.verdict

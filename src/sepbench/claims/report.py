@@ -70,8 +70,8 @@ def draw(verdict: ClaimVerdict):
                 continue
             xs = [p.x for p in points]
             means = [p.mean for p in points]
-            low = [p.mean - min(p.values) for p in points]
-            high = [max(p.values) - p.mean for p in points]
+            low = [max(0.0, p.mean - min(p.values)) for p in points]  # a mean of equal values may round above them
+            high = [max(0.0, max(p.values) - p.mean) for p in points]
             ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=_legend(label, points),
                         color=f"C{i}")
         if outcome.threshold is not None:
