@@ -125,3 +125,18 @@ def test_exploratory_claims_stay_out_of_the_tally():
     verdicts = [ClaimVerdict(learned, "quick", NOT_REPRODUCED, []), ClaimVerdict(r1, "quick", REPRODUCED, [])]
     assert learned.exploratory and not r1.exploratory
     assert tally(verdicts) == "1 reproduced, 0 not reproduced, 0 inconclusive; 1 exploratory (not the paper's claims)"
+
+
+@pytest.mark.parametrize("ed_at_64, verdict", [(FLAT, REPRODUCED), (RISING, INCONCLUSIVE)])
+def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdict):
+    def make(cfg):
+        if cfg.model.width == 96 or (cfg.task.name == "ed_local" and cfg.model.width == 64):
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.95, 0.1)], status="solved")
+        if cfg.task.name == "edit_distance" and cfg.model.width == 64:
+            return _run(cfg, ed_at_64)
+        return _run(cfg, [(s, 0.2, 2.0) for s in STEPS])
+
+    _, (linear, _) = _evaluate(tmp_path, "yang-ed-local", make)
+    assert linear.verdict == verdict, linear.evidence + linear.reasons
+    if verdict == INCONCLUSIVE:
+        assert any("width 64: still learning at 1500 steps" in r for r in linear.reasons), linear.reasons

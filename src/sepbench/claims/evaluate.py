@@ -524,10 +524,10 @@ def _min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[Run
     runs_a, reasons_a = _runs_in(configs, results, condition.a, lengths)
     runs_b, reasons_b = _runs_in(configs, results, condition.b, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=reasons_a + reasons_b)
+    verdicts = [INCONCLUSIVE] if outcome.reasons else []
     sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons)
     sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons)
     label_a, label_b = _group_label(condition.a), _group_label(condition.b)
-    verdicts = [INCONCLUSIVE] if outcome.reasons else []
     tasks = sorted(set(sets_a) & set(sets_b)) if set(sets_a) & set(sets_b) else [None]
     for task in tasks:
         # a task of its own on each side (ED_Local against ED) pairs the two sides' only tasks
@@ -626,9 +626,8 @@ def _flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig]
     rule = _rule(condition.solved)
     notes: list[str] = []
     sets = width_sets(found, rule, ["model.name", "task.name"], notes)
-    reasons += notes
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
-    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons) + notes)
     verdicts = [INCONCLUSIVE] if reasons else []
     tasks = sorted({r.config.task.name for r in found})
     for task in tasks:
