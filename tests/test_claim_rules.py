@@ -140,3 +140,15 @@ def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdi
     assert linear.verdict == verdict, linear.evidence + linear.reasons
     if verdict == INCONCLUSIVE:
         assert any("width 64: still learning at 1500 steps" in r for r in linear.reasons), linear.reasons
+
+
+def test_a_diverged_learning_rate_beside_one_that_trained_is_a_losing_one(tmp_path):
+    def make(cfg):
+        if cfg.model.name == "lstm" or (cfg.model.layers == 2 and cfg.train.lr == 0.001):
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.layers == 2:
+            return _run(cfg, RISING, status="diverged")
+        return _run(cfg, [(s, 0.5, 0.69) for s in STEPS])
+
+    _, (deep, _) = _evaluate(tmp_path, "dyck-depth", make)
+    assert deep.verdict == REPRODUCED and "lr 0.001" in deep.evidence[0], deep.reasons

@@ -41,7 +41,7 @@ import numpy as np
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, Group, GrowthOrder, Level, LogGrowth,
                                        MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, group_at)
-from sepbench.claims.learning import learning_reason, still_learning
+from sepbench.claims.learning import learning_reason
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
@@ -197,8 +197,11 @@ class Slot:
 
     @property
     def failed(self) -> list[RunResult]:
-        """Runs that did not train (failed or diverged): gaps, never runs that did not learn."""
-        return [r for r in self.results if r.status in ("failed", "diverged")]
+        """Runs that failed, and diverged runs of a cell none of whose learning rates trained: gaps, never runs that
+        did not learn (a diverged learning rate beside one that trained is a losing one, as in ``select_lr``)."""
+        trained = {cell_key(r.config) for r in self.results if r.status in TRAINED}
+        return [r for r in self.results
+                if r.status == "failed" or (r.status == "diverged" and cell_key(r.config) not in trained)]
 
 
 def final_accuracy(result: RunResult) -> float:
