@@ -24,8 +24,8 @@ Rules, the same for every claim:
   every length is not reproduced, as is b < a at some length.
 * ``growth_order``: per model, the factor by which the smallest solving width grows from the smallest to the
   largest length is larger on task b than on task a.
-* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, or failed or diverged runs
-  make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
+* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
+  of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
   budget (``sepbench.claims.learning``): "not reproduced" becomes "inconclusive: still learning at B steps", with
   the measured slope and the budget it points to; an unsolved width whose runs are still learning is undecided.
   A claim is reproduced when every condition is, not reproduced when any condition is, and inconclusive
