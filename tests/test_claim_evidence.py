@@ -55,6 +55,8 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     bad = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir", str(tmp_path / "evidence")])
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0, bad.output
     assert f"{CLAIM}.jsonl:1: not an evidence record" in bad.stderr
+    nowhere = runner.invoke(app, ["reproduce", "--evidence", "--store", str(tmp_path / "none.db")])
+    assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and not (tmp_path / "none.db").exists()
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--set", "train.steps=3"])
     assert mixed.exit_code == 2 and "--evidence judges the shipped runs as they are" in mixed.stderr
 

@@ -1112,6 +1112,9 @@ def _reproduce_from_evidence(claims, scale: str, evidence_dir: Path, store: Opti
     from sepbench.store import Store
 
     with tempfile.TemporaryDirectory(prefix="sepbench-evidence-") as scratch, bad_input_exits():
+        if store is not None and not Path(store).is_file():
+            raise ConfigError(f"--store {store} does not exist; with --evidence it names a store of your runs to "
+                              f"judge beside the shipped ones")
         db = Store(Path(scratch) / "evidence.db")
         missing = shipped.load(claims, scale, evidence_dir, db)
         verdicts = [shipped.unshipped(c, scale) if c.id in missing else judge(c, scale, db, train=False)
