@@ -50,6 +50,7 @@ def test_rules():
     assert order_verdict([64], [64]) == NOT_REPRODUCED
     assert order_verdict([32, 64], [64]) == INCONCLUSIVE
     assert possible_widths({32: "unsolved", 64: "undecided", 96: "solved"}) == [64, 96]
+    assert possible_widths({32: "solved", 64: "solved"}) == [0, 32]  # may lie below the grid
     assert possible_widths({32: "unsolved", 64: "unsolved"}) == [float("inf")]
     assert combine([REPRODUCED, INCONCLUSIVE]) == INCONCLUSIVE
     assert combine([NOT_REPRODUCED, INCONCLUSIVE]) == NOT_REPRODUCED
@@ -57,55 +58,74 @@ def test_rules():
 
 def _store_runs(store: Store, configs, accuracy) -> None:
     for cfg in configs:
-        acc = accuracy(cfg)
-        if acc is None:
-            continue
-        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
-                            steps=cfg.train.steps, wall_seconds=1.0))
+        run = _plain_run(cfg, accuracy)
+        if run is not None:
+            store.put(run)
 
 
-def _dyck_verdict(tmp_path, accuracy):
-    (claim,) = select("bhattamishra2024", "dyck-depth")
-    configs = claim.configs("quick", SMOKE)
+def _outcomes(tmp_path, claim_id, accuracy, overrides=SMOKE, store_run=None):
+    (claim,) = select(None, claim_id)
+    configs = claim.configs("quick", overrides)
     store = Store(tmp_path / "s.db")
-    _store_runs(store, configs, accuracy)
-    results = {r.config_hash: r for r in store.results()}
-    (outcome,) = evaluate_runs(claim, "quick", configs, results)
+    for cfg in configs:
+        run = (store_run or _plain_run)(cfg, accuracy)
+        if run is not None:
+            store.put(run)
+    return evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+
+
+def _plain_run(cfg, accuracy):
+    acc = accuracy(cfg)
+    if acc is None:
+        return None
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
+                     steps=cfg.train.steps, wall_seconds=1.0)
+
+
+def _tf_vs_wide_mamba(tmp_path, accuracy):
+    (outcome,) = _outcomes(tmp_path, "mamba-wide-vs-transformer", accuracy)
     return outcome
 
 
-def _one_layer_tf(cfg) -> bool:
-    return cfg.model.name == "transformer" and cfg.model.layers == 1
+def _transformer(cfg) -> bool:
+    return cfg.model.name == "transformer"
 
 
 def test_compare_on_stored_runs_reproduced(tmp_path):
-    outcome = _dyck_verdict(tmp_path, lambda c: 0.55 + 0.01 * c.seed if _one_layer_tf(c) else
-                            (0.99 if c.train.lr == 0.001 else 0.5))
+    outcome = _tf_vs_wide_mamba(tmp_path, lambda c: (0.99 if c.train.lr == 0.001 else 0.5) if _transformer(c) else
+                                0.55 + 0.01 * c.seed)
     assert outcome.verdict == REPRODUCED
     assert "best of 2 lr" in outcome.evidence[0] and "lr 0.001" in outcome.evidence[0]
 
 
 def test_compare_on_stored_runs_not_reproduced(tmp_path):
-    outcome = _dyck_verdict(tmp_path, lambda c: 0.6 if c.model.name == "lstm" else 0.55)
+    outcome = _tf_vs_wide_mamba(tmp_path, lambda c: 0.6 if _transformer(c) else 0.55)
     assert outcome.verdict == NOT_REPRODUCED
 
 
 def test_spread_or_missing_runs_are_inconclusive(tmp_path):
-    straddle = _dyck_verdict(tmp_path / "a", lambda c: 0.5 if _one_layer_tf(c) else (0.99 if c.seed else 0.6))
+    straddle = _tf_vs_wide_mamba(tmp_path / "a", lambda c: (0.99 if c.seed else 0.6) if _transformer(c) else 0.5)
     assert straddle.verdict == INCONCLUSIVE
-    missing = _dyck_verdict(tmp_path / "b", lambda c: None if c.seed == 2 else 0.5 if _one_layer_tf(c) else 1.0)
+    missing = _tf_vs_wide_mamba(tmp_path / "b", lambda c: None if c.seed == 2 else 1.0 if _transformer(c) else 0.5)
     assert missing.verdict == INCONCLUSIVE and any("not in the store" in r for r in missing.reasons)
 
 
-def test_min_width_growth_on_stored_runs(tmp_path):
+def test_yang_width_conditions_on_stored_runs(tmp_path):
     (claim,) = select("yang2024", "yang-width-flops")
     configs = claim.configs("quick", SMOKE)
-    need = {"transformer": {2: 32, 3: 32}, "sparse_transformer": {2: 64, 3: 96}, "linear_transformer": {2: 96, 3: 999}}
+    need = {("sparse_transformer", "arithmetic"): {2: 64, 3: 96}, ("sparse_transformer", "edit_distance"): {4: 64, 6: 96},
+            ("linear_transformer", "arithmetic"): {2: 96}, ("linear_transformer", "edit_distance"): {4: 64, 6: 96},
+            ("linear_transformer", "lis"): {6: 64}}
+
+    def smallest(c):
+        return 32 if c.model.name == "transformer" else need.get((c.model.name, c.task.name), {}).get(c.task.length, 999)
+
     store = Store(tmp_path / "s.db")
-    _store_runs(store, configs, lambda c: 0.95 if c.model.width >= need[c.model.name][c.task.length] else 0.3)
+    _store_runs(store, configs, lambda c: 0.95 if c.model.width >= smallest(c) else 0.3)
     results = {r.config_hash: r for r in store.results()}
-    growth, flat, flops = evaluate_runs(claim, "quick", configs, results)
-    assert (growth.verdict, flat.verdict, flops.verdict) == (REPRODUCED, REPRODUCED, REPRODUCED)
+    growth, fixed, flops_sparse, flops_linear = evaluate_runs(claim, "quick", configs, results)
+    assert [o.verdict for o in (growth, fixed, flops_sparse, flops_linear)] == [REPRODUCED] * 4
+    assert any("transformer/lis: width 32 solves N = 6, 14" in e for e in fixed.evidence), fixed.evidence
     assert any("N=3 {beyond the grid}" in e for e in growth.evidence)
     store.put(RunResult(config=configs[0].model_copy(update={"seed": 0}), config_hash=configs[0].config_hash(),
                         status="failed", error="out of memory"))
@@ -113,12 +133,48 @@ def test_min_width_growth_on_stored_runs(tmp_path):
     assert evaluate_runs(claim, "quick", configs, results)[1].verdict == INCONCLUSIVE
 
 
+def test_fixed_width_fails_when_every_width_misses_a_size(tmp_path):
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    # Standard solves arithmetic 2 only at 96 and 3 only at 32-64: no one width solves both sizes
+    _store_runs(store, configs, lambda c: 0.95 if (c.task.length, c.model.width) in {(2, 96), (3, 32), (3, 64)}
+                or c.task.name != "arithmetic" else 0.3)
+    fixed = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})[1]
+    assert fixed.verdict == NOT_REPRODUCED
+    assert any("transformer/arithmetic: every width <= 256" in e for e in fixed.evidence), fixed.evidence
+
+
+def test_a_tie_at_the_smallest_width_is_not_a_refutation(tmp_path):
+    (claim,) = select("yang2024", "yang-ed-local")
+    configs = claim.configs("quick", SMOKE)
+
+    def outcome(need):
+        store = Store(tmp_path / f"{len(list(tmp_path.iterdir()))}.db")
+        _store_runs(store, configs, lambda c: 0.95 if c.model.width >= need(c) else 0.3)
+        return evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+
+    linear, sparse = outcome(lambda c: 32)  # both tasks solved at the smallest width tried, every size
+    assert linear.verdict == sparse.verdict == INCONCLUSIVE
+    assert any("below the grid" in e for e in linear.evidence)
+    linear, _ = outcome(lambda c: 32 if c.task.name == "ed_local" else 64 if c.task.length == 4 else 96)
+    assert linear.verdict == REPRODUCED
+    linear, _ = outcome(lambda c: 64)  # the same smallest width on both tasks, known exactly: no order
+    assert linear.verdict == NOT_REPRODUCED
+    linear, _ = outcome(lambda c: 96 if c.task.name == "ed_local" else 64)
+    assert linear.verdict == NOT_REPRODUCED
+
+
 def test_cli_list_dry_run_and_bad_claim(tmp_path):
     listed = runner.invoke(app, ["reproduce", "--list"], terminal_width=300)
     assert listed.exit_code == 0 and "il-tf-vs-recurrent" in listed.stdout and "deng-learned" in listed.stdout
+    for claim in catalogue():  # every claim with the line of the paper it comes from
+        assert f"{claim.id}  {claim.paper}, {claim.where}" in listed.stdout
+        assert claim.exploratory or "L" in claim.where
     dry = runner.invoke(app, ["reproduce", "bhattamishra2024", "--claim", "dyck-depth", "--dry-run", "--store",
                               str(tmp_path / "s.db")], terminal_width=300)
-    assert dry.exit_code == 0 and "18 runs to train" in dry.stdout and "18 from steps timed now" in dry.stdout
+    assert dry.exit_code == 0 and "18 runs to train" in dry.stdout and "core-hours" in dry.stdout
+    assert "in all; per claim at most" in dry.stdout
     assert not (tmp_path / "s.db").exists()
     bad = runner.invoke(app, ["reproduce", "--claim", "nope"])
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "unknown claim 'nope'" in bad.stderr
@@ -169,17 +225,17 @@ def test_claim_figure_draws_accuracies_on_0_1_with_the_level_line_and_the_picked
     from sepbench.claims.evaluate import ClaimVerdict
     from sepbench.claims.report import draw
 
-    (claim,) = select("bhattamishra2024", "il-tf-vs-recurrent")
+    (claim,) = select("bhattamishra2024", "mamba-width")
     configs = claim.configs("quick", SMOKE)
     store = Store(tmp_path / "s.db")
-    accuracy = {"transformer": 0.98, "lstm": 0.10, "mamba": 0.20}
-    _store_runs(store, configs, lambda c: accuracy[c.model.name] + 0.01 * c.seed)
+    accuracy = {("mamba", 64): 0.6, ("mamba", 16): 0.2, ("lstm", 64): 0.04, ("lstm", 16): 0.03}
+    _store_runs(store, configs, lambda c: accuracy[c.model.name, c.model.width] + 0.01 * c.seed)
     outcomes = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
-    figure = draw(ClaimVerdict(claim, "quick", NOT_REPRODUCED, outcomes))
-    compare, level = figure.axes
-    assert compare.get_ylim() == level.get_ylim() == (-0.03, 1.03)
-    assert [line.get_ydata()[0] for line in level.get_lines() if line.get_linestyle() == "--"] == [0.95]
-    legend = [text.get_text() for text in level.get_legend().get_texts()]
+    figure = draw(ClaimVerdict(claim, "quick", REPRODUCED, outcomes))
+    rising, flat, chance = figure.axes
+    assert rising.get_ylim() == flat.get_ylim() == chance.get_ylim() == (-0.03, 1.03)
+    assert [line.get_ydata()[0] for line in chance.get_lines() if line.get_linestyle() == "--"] == [0.1]
+    legend = [text.get_text() for text in chance.get_legend().get_texts()]
     assert any(": lstm-(1, 64) lr" in label for label in legend), legend
 
 
@@ -188,8 +244,8 @@ def test_per_scale_selectors_pick_the_runs_of_that_scale(tmp_path):
     configs = claim.configs("quick", SMOKE)
     store = Store(tmp_path / "s.db")
     _store_runs(store, configs, lambda c: {("mamba", 64): 0.6, ("mamba", 16): 0.2}.get((c.model.name, c.model.width), 0.03))
-    mamba, lstm = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
-    assert (mamba.verdict, lstm.verdict) == (REPRODUCED, REPRODUCED), mamba.reasons + lstm.reasons
+    mamba, lstm, chance = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+    assert (mamba.verdict, lstm.verdict, chance.verdict) == (REPRODUCED,) * 3, mamba.reasons + lstm.reasons
     assert "width=64 mamba-(2, 64)" in mamba.evidence[0] and "width=16" in mamba.evidence[0]
 
 
@@ -205,3 +261,20 @@ def test_a_theory_check_that_raises_is_an_inconclusive_verdict_with_its_reason(t
     verdict = judge(claim, "quick", Store(tmp_path / "s.db"))
     assert verdict.verdict == INCONCLUSIVE
     assert verdict.outcomes[0].reasons == [f"the check {claim.check} failed: ValueError: codes too narrow"]
+
+
+PAST = {"il-tf-vs-recurrent": 100, "mamba-wide-vs-transformer": 100, "dyck-depth": 100, "eq-random": 100,
+        "eq-ncp": 400}
+"""The length past which each separation's text places it (001 L196, L886, L198, L908, L916)."""
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_separations_are_judged_only_past_the_lengths_the_text_names(scale):
+    for claim in catalogue():
+        bounds = [(c, PAST[claim.id]) for c in claim.conditions if claim.id in PAST]
+        if claim.id == "mamba-width":  # the LSTM "for lengths above 100" (L886)
+            bounds = [(c, 100) for c in claim.conditions if "LSTM" in c.text]
+        for condition, bound in bounds:
+            lengths = condition.lengths_at(scale)
+            assert lengths and min(lengths) > bound, (claim.id, condition.text, scale, lengths)
+            assert set(lengths) <= {cfg.task.length for cfg in claim.configs(scale)}, (claim.id, scale)

@@ -1132,6 +1132,7 @@ def _run_learned(config: LearnedConfig, out_dir: Path, device: str) -> None:
 
 class ClaimScale(str, Enum):
     quick = "quick"
+    cpu = "cpu"
     paper = "paper"
 
 
@@ -1139,8 +1140,9 @@ class ClaimScale(str, Enum):
 def reproduce(
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
     claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
-    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (about an hour per claim on 2 CPU "
-                                     "cores) or paper (the paper's protocol)"),
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, about an hour per claim "
+                                     "on 2 CPU cores), cpu (the lengths the papers name, <= 6 core-hours per claim) "
+                                     "or paper (the paper's protocol)"),
     store: Optional[Path] = typer.Option(None, envvar="SEPBENCH_STORE", help="SQLite store [default: ./sepbench.db]"),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
@@ -1157,6 +1159,12 @@ def reproduce(
                                              "beside the catalogue's stored runs, instead of judging the claims"),
     checkpoints: Optional[Path] = _checkpoints_option(),
     tensorboard: Optional[Path] = _tensorboard_option(),
+    evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
+                                  "training nothing; with --store, your stored runs are judged beside it"),
+    evidence_dir: Path = typer.Option(Path("evidence"), "--evidence-dir", help="the evidence folder: "
+                                      "<dir>/<scale>/<claim>.jsonl"),
+    write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
+                                        "(or check result) to --evidence-dir as JSON lines"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
@@ -1177,6 +1185,12 @@ def reproduce(
         _use_watch_folders(checkpoints, tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
+        if evidence and (overrides or dry_run or write_evidence):
+            raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
+                              "--store, --evidence-dir (not --set, --dry-run or --write-evidence)")
+        if evidence:
+            _reproduce_from_evidence(claims, scale.value, evidence_dir, store)
+            return
         db = Store(store)
         plans = [plan_claim(c, scale.value, db, overrides, Reuse(retry_failed=retry_failed))
                  for c in claims] if not list_only else []
@@ -1211,6 +1225,47 @@ def reproduce(
 
     page = write(verdicts, out_dir, _budget_text(scale.value, overrides))
     out.print(f"wrote {page} with {len(verdicts)} figures", highlight=False, soft_wrap=True)
+    if write_evidence:
+        from sepbench.claims import evidence as shipped
+
+        for claim in claims:
+            path, count = shipped.write(claim, scale.value, db, evidence_dir, overrides)
+            out.print(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}",
+                      highlight=False, soft_wrap=True)
+
+
+def _reproduce_from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
+    """The verdict table from the shipped evidence (a scratch store, nothing trained), and, with ``store``, the
+    verdicts of the user's own stored runs beside it."""
+    import tempfile
+
+    from sepbench.claims import evidence as shipped
+    from sepbench.claims.reproduce import judge
+    from sepbench.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="sepbench-evidence-") as scratch, bad_input_exits():
+        if store is not None and not Path(store).is_file():
+            raise ConfigError(f"--store {store} does not exist; with --evidence it names a store of your runs to "
+                              f"judge beside the shipped ones")
+        db = Store(Path(scratch) / "evidence.db")
+        missing = shipped.load(claims, scale, evidence_dir, db)
+        verdicts = [shipped.unshipped(c, scale) if c.id in missing else judge(c, scale, db, train=False)
+                    for c in claims]
+        mine = [judge(c, scale, Store(store), train=False) for c in claims] if store is not None else None
+    out.print(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained); "
+              f"{len(missing)} of {len(claims)} claims have none", highlight=False, soft_wrap=True)
+    _print_verdicts(verdicts, scale, {})
+    if mine is not None:
+        from sepbench.claims.report import shown_verdict, tally
+
+        table = Table(title=f"shipped evidence beside {store}")
+        for column in ("claim", "shipped", "yours", "your evidence"):
+            table.add_column(column, no_wrap=column == "claim")
+        for ours, yours in zip(verdicts, mine):
+            first = "; ".join(o.evidence[0] for o in yours.outcomes if o.evidence) or "no runs"
+            table.add_row(ours.claim.id, shown_verdict(ours), shown_verdict(yours), first)
+        out.print(table)
+        out.print(f"yours: {tally(mine)}", highlight=False, soft_wrap=True)
 
 
 def _place_model(claims, model: str, scale: str, db: Store, overrides: dict, workers: int, reuse,
@@ -1285,9 +1340,11 @@ def _print_catalogue(claims, scale: str) -> None:
     """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
     for claim in claims:
         runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
-        beyond = " [beyond the paper]" if claim.beyond_paper else ""
+        beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
         out.print(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}", highlight=False, soft_wrap=True)
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
+        if claim.note:
+            out.print(f"  note: {claim.note}", highlight=False, soft_wrap=True, markup=False)
         for condition in claim.conditions:
             out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
         out.print(f"  verdicts need >= {claim.min_seeds} seeds per group", highlight=False, soft_wrap=True)
@@ -1296,26 +1353,34 @@ def _print_catalogue(claims, scale: str) -> None:
 def _print_plan(plans, db, workers: int, scale: str, estimate) -> None:
     table = Table(title=f"reproduce --dry-run ({scale} scale)")
     table.add_column("claim", no_wrap=True)
-    for column in ("runs", "stored", "to train", "estimate"):
+    for column in ("runs", "stored", "to train", "core-hours", "estimate"):
         table.add_column(column)
-    every, known = [], {}
+    every, known, claim_seconds = [], {}, {}
     for p in plans:
         if p.claim.kind == "theory":
-            table.add_row(p.claim.id, "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
+            table.add_row(p.claim.id, "-", "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)")
             continue
         every += p.todo
+        found = estimate(p.todo, db, known=known)
+        claim_seconds[p.claim.id] = found.seconds
         table.add_row(p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
-                      estimate(p.todo, db, known=known).text(1))
+                      f"{found.seconds / 3600:.2f}", found.text(1))
     out.print(table)
     unique = list({cfg.config_hash(): cfg for cfg in every}.values())
     for cfg in unique:
         out.print(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
                   f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}",
                   highlight=False, soft_wrap=True)
-    out.print(f"{len(unique)} runs to train: {estimate(unique, db, known=known).text(workers)}", highlight=False, soft_wrap=True)
+    total = estimate(unique, db, known=known)
+    out.print(f"{len(unique)} runs to train: {total.text(workers)}", highlight=False, soft_wrap=True)
+    out.print(f"core-hours (one run on one core, every step, no early stop; runs shared by claims counted once in the "
+              f"total): {total.seconds / 3600:.2f} in all; per claim at most "
+              f"{max(claim_seconds.values(), default=0.0) / 3600:.2f}", highlight=False, soft_wrap=True)
 
 
 def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
+    from sepbench.claims.report import shown_verdict, tally
+
     table = Table(title=f"reproduction, {scale} scale"
                   + (" (overridden: " + ", ".join(f"{k}={v}" for k, v in overrides.items()) + ")" if overrides else ""))
     table.add_column("claim", no_wrap=True)
@@ -1329,12 +1394,10 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
             lines.append(f"{o.text}: {o.verdict}")
             lines += [f"  {e}" for e in o.evidence]
             lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
-        table.add_row(v.claim.id, f"{v.claim.paper}, {v.claim.where}", "\n".join(lines), v.verdict,
+        table.add_row(v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
                       f"{v.wall_seconds:.0f} s")
     out.print(table)
-    counts = {name: sum(v.verdict == name for v in verdicts) for name in ("reproduced", "not reproduced",
-                                                                           "inconclusive")}
-    out.print(", ".join(f"{n} {name}" for name, n in counts.items()), highlight=False, soft_wrap=True)
+    out.print(tally(verdicts), highlight=False, soft_wrap=True)
 
 
 @app.command("check-plugin")

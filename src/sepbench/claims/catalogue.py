@@ -1,8 +1,8 @@
 """The claims catalogue: each claim of the three papers, its sweep specs per scale and its verdict rule.
 
-The catalogue lives in packaged YAML (``configs/claims/<paper>.yaml``); a claim's quick specs are packaged
-sweep specs of their own (``configs/claims/quick/``), its paper specs name the paper-scale specs of
-``configs/<paper>/`` (with the seeds and learning rates the rule needs). A verdict is computed from data by the
+The catalogue lives in packaged YAML (``configs/claims/<paper>.yaml``); a claim's quick and cpu specs are packaged
+sweep specs of their own (``configs/claims/quick/``, ``configs/claims/cpu/``), its paper specs name the
+paper-scale specs of ``configs/<paper>/`` (with the seeds and learning rates the rule needs). A verdict is computed from data by the
 claim's ``conditions`` (``sepbench.claims.evaluate``), never set by hand.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sepbench import configs
 from sepbench.config import ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error, load_yaml
 from sepbench.sweep.spec import SweepSpec
 
-SCALES = ("quick", "paper")
-Scale = Literal["quick", "paper"]
+SCALES = ("quick", "cpu", "paper")
+Scale = Literal["quick", "cpu", "paper"]
 PAPERS = ("bhattamishra2024", "yang2024", "deng2023")
 Selector = dict[str, Any]
 Group = Union[str, Selector, list[Selector]]
@@ -25,7 +25,7 @@ Group = Union[str, Selector, list[Selector]]
 
 
 def scaled(value: Any, scale: str) -> Any:
-    """``{quick: x, paper: y}`` resolved at ``scale``; anything else is the same at both scales."""
+    """``{quick: x, cpu: y, paper: z}`` resolved at ``scale``; anything else is the same at every scale."""
     if isinstance(value, dict) and value and set(value) <= set(SCALES):
         return value.get(scale)
     return value
@@ -64,7 +64,8 @@ class SpecRef(StrictModel):
 
 class ConditionBase(StrictModel):
     text: str = Field(description="what must hold, in words")
-    lengths: Any = Field(None, description="task sizes N where it must hold (a list, or {quick: [...], paper: [...]})")
+    lengths: Any = Field(None, description="task sizes N where it must hold (a list, or {quick: [...], cpu: [...], "
+                                           "paper: [...]})")
 
     def lengths_at(self, scale: str) -> list[int] | None:
         value = scaled(self.lengths, scale)
@@ -86,7 +87,8 @@ class Compare(ConditionBase):
 
 
 class Level(ConditionBase):
-    """``group`` is at least (or below) ``threshold`` at every length, every seed of the picked member."""
+    """``group`` is at least (or below) ``threshold`` at every length, every seed of the picked member; with
+    ``lrs`` > 1, at the member's ``lrs``-th best learning rate (it holds at that many learning rates)."""
 
     kind: Literal["level"]
     group: Group
@@ -94,6 +96,19 @@ class Level(ConditionBase):
     per: list[str] = Field(default_factory=lambda: ["model.name"])
     threshold: float
     direction: Literal["at_least", "below"] = "at_least"
+    lrs: int = Field(1, ge=1, description="learning rates at which it must hold (the lrs-th best decides)")
+
+
+class Rate(ConditionBase):
+    """A rate of learning: ``fast`` reaches ``threshold`` within its budget, at T steps (its best learning rate,
+    the slowest seed); ``slow``'s best member is still below ``threshold`` at k x T steps, read off its curves."""
+
+    kind: Literal["rate"]
+    fast: Group
+    slow: Group
+    per: list[str] = Field(default_factory=lambda: ["model.name"])
+    k: float = Field(10.0, gt=1)
+    threshold: float = Field(gt=0, le=1)
 
 
 class SolvedRuleFields(StrictModel):
@@ -114,7 +129,8 @@ class MinWidthGrowth(ConditionBase):
 
 
 class MinWidthOrder(ConditionBase):
-    """At each length, ``a``'s smallest solving width is below ``b``'s."""
+    """Per task, ``a``'s smallest solving width is at most ``b``'s at every length and below it at one or more
+    (a tie at every length is not an order: it fails)."""
 
     kind: Literal["min_width_order"]
     a: Group
@@ -132,7 +148,38 @@ class FlopsOrder(ConditionBase):
     solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
 
 
-Condition = Annotated[Union[Compare, Level, MinWidthGrowth, MinWidthOrder, FlopsOrder], Field(discriminator="kind")]
+class FixedWidth(ConditionBase):
+    """Per member, one grid width of at most ``max_width`` solves every length."""
+
+    kind: Literal["fixed_width"]
+    group: Group
+    per: list[str] = Field(default_factory=lambda: ["model.name", "task.name"])
+    max_width: int = Field(ge=1)
+    solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
+
+
+class GrowthOrder(ConditionBase):
+    """Per model, the smallest solving width grows by a larger factor (largest over smallest length) on task
+    ``b`` than on task ``a``."""
+
+    kind: Literal["growth_order"]
+    group: Group = Field(default_factory=dict)
+    a: str = Field(description="the task where growth is smaller")
+    b: str = Field(description="the task where growth is larger")
+    solved: SolvedRuleFields = Field(default_factory=SolvedRuleFields)
+
+
+class LogGrowth(ConditionBase):
+    """Theory series: ``group``'s value grows as O(log N): value / log2(N) at every N is at most ``slack`` times
+    its value at the smallest N."""
+
+    kind: Literal["log_growth"]
+    group: str
+    slack: float = Field(2.0, ge=1)
+
+
+Condition = Annotated[Union[Compare, Level, Rate, MinWidthGrowth, MinWidthOrder, FlopsOrder, FixedWidth, GrowthOrder,
+                            LogGrowth], Field(discriminator="kind")]
 
 
 class ScaleSpecs(StrictModel):
@@ -145,10 +192,12 @@ class Claim(StrictModel):
     paper: Literal["bhattamishra2024", "yang2024", "deng2023"]
     where: str = Field(min_length=1, description="section, figure, table or line of the paper")
     text: str = Field(min_length=1)
-    beyond_paper: bool = Field(False, description="a question sepbench adds, not a claim the paper makes")
+    beyond_paper: bool = Field(False, description="a question sepbench adds, not a claim the paper makes: shown as "
+                                                  "exploratory, outside the reproduced / not reproduced tally")
     check: str | None = Field(None, description="theory claims: the function that measures the evidence")
     min_seeds: int = Field(3, ge=1)
     quick: ScaleSpecs
+    cpu: ScaleSpecs | None = Field(None, description="a theory claim without it uses its quick params")
     paper_scale: ScaleSpecs = Field(alias="paper_scale")
     conditions: list[Condition] = Field(min_length=1)
     note: str = ""
@@ -161,15 +210,35 @@ class Claim(StrictModel):
                 raise ValueError(f"claim {self.id}: a sweep claim needs specs at the {scale} scale")
             if self.check is not None and plan.specs:
                 raise ValueError(f"claim {self.id}: a theory claim (check {self.check}) takes params, not specs")
+        if self.check is None and self.cpu is None:
+            raise ValueError(f"claim {self.id}: a sweep claim needs specs at the cpu scale")
+        for condition in self.conditions:
+            _every_scale(condition.lengths, self.id)
+            for name in ("a", "b", "group", "fast", "slow"):
+                value = getattr(condition, name, None)
+                for selector in value if isinstance(value, list) else [value]:
+                    for selected in (selector.values() if isinstance(selector, dict) else []):
+                        _every_scale(selected, self.id)
         return self
 
     @property
     def kind(self) -> str:
         return "theory" if self.check else "sweep"
 
+    @property
+    def exploratory(self) -> bool:
+        return self.beyond_paper
+
+    @property
+    def place(self) -> str:
+        """``where`` without its quotation: "sec. 6, L196"."""
+        return self.where.split(": \"", 1)[0].split(":", 1)[0] if "\"" in self.where else self.where
+
     def at(self, scale: str) -> ScaleSpecs:
         if scale not in SCALES:
             raise ConfigError(f"unknown scale '{scale}'; allowed: {', '.join(SCALES)}")
+        if scale == "cpu":
+            return self.cpu if self.cpu is not None else self.quick
         return self.quick if scale == "quick" else self.paper_scale
 
     def sweep_specs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[SweepSpec]:
@@ -182,6 +251,13 @@ class Claim(StrictModel):
             for cfg in spec.expand():
                 found.setdefault(cfg.config_hash(), cfg)
         return list(found.values())
+
+
+def _every_scale(value: Any, claim_id: str) -> None:
+    """A per-scale value names every scale, so that no scale silently falls back to 'every length'."""
+    if isinstance(value, dict) and value and set(value) <= set(SCALES) and set(value) != set(SCALES):
+        missing = ", ".join(s for s in SCALES if s not in value)
+        raise ValueError(f"claim {claim_id}: a per-scale value {value} lacks the scale(s) {missing}")
 
 
 def _load_paper(paper: str) -> list[Claim]:

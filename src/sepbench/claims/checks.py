@@ -19,18 +19,21 @@ Check = Callable[[dict[str, Any]], Series]
 
 
 def construction(params: dict[str, Any]) -> Series:
-    """Accuracy of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length and seed of its codes."""
+    """Accuracy, model width and code width of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length
+    and seed of its codes."""
     from sepbench.theory.constructions import construct
 
     name = params["name"]
     accuracy: dict[float, list[float]] = {}
     widths: dict[float, list[float]] = {}
+    model_widths: dict[float, list[float]] = {}
     for n in params["lengths"]:
         for seed in params.get("seeds", [0, 1, 2]):
             built = construct(name, n, None, seed)
             accuracy.setdefault(n, []).append(built.accuracy(params.get("samples", 1000), seed))
             widths.setdefault(n, []).append(float(built.code_width))
-    return {"accuracy": accuracy, "code width": widths}
+            model_widths.setdefault(n, []).append(float(built.width))
+    return {"accuracy": accuracy, "code width": widths, "model width": model_widths}
 
 
 def bound_bites(params: dict[str, Any]) -> Series:
@@ -44,15 +47,19 @@ def bound_bites(params: dict[str, Any]) -> Series:
 
 def random_networks(params: dict[str, Any]) -> Series:
     """Deng et al.'s success event E over random networks (reconstructed data): per value of the swept parameter
-    and per seed, the fraction of ``trials`` draws with E, and the fraction where linear attention stays 0 on D1."""
+    and per seed, the fraction of ``trials`` draws with E, and the fraction where linear attention stays 0 on D1.
+    ``figure``: the sweep of a packaged figure config (``configs/deng2023/<figure>.yaml``) instead of ``values``."""
     from sepbench.theory.softmax_vs_linear.experiment import Setting, run_point
+    from sepbench.theory.softmax_vs_linear.figures import load_figure
 
     event: dict[float, list[float]] = {}
     silent: dict[float, list[float]] = {}
-    for value in params["values"]:
-        setting = Setting.from_flat(params["model"], {**params.get("fixed", {}), params["parameter"]: value})
+    figure = load_figure(params["figure"]) if "figure" in params else None
+    for value in figure.grid() if figure else params["values"]:
+        setting = figure.setting(value) if figure else Setting.from_flat(
+            params["model"], {**params.get("fixed", {}), params["parameter"]: value})
         for seed in params.get("seeds", [0, 1, 2]):
-            point = run_point(setting, params.get("trials", 100), seed)
+            point = run_point(setting, figure.trials if figure else params.get("trials", 100), seed)
             event.setdefault(value, []).append(point.successes / point.trials)
             silent.setdefault(value, []).append(point.lin_d1_zero / point.trials)
     return {"E": event, "linear silent on D1": silent}
@@ -92,25 +99,43 @@ def _key(check: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([check, params], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False) -> tuple[Series, float, bool]:
-    """The check's series, from the cache beside the store when there; returns (series, seconds, reused)."""
-    if check not in CHECKS:
-        raise ValueError(f"unknown check '{check}'; allowed: {', '.join(CHECKS)}")
+class NotComputed(LookupError):
+    """A check asked for from its cache alone that the cache does not hold."""
+
+
+def cache_entry(check: str, params: dict[str, Any], store_path: Path) -> dict[str, Any] | None:
+    """The cached entry of ``check`` at ``params`` beside the store (check, params, series, seconds), if any."""
     path = cache_path(store_path)
     entries = json.loads(path.read_text()) if path.is_file() else {}
-    key = _key(check, params)
-    if key in entries and not refresh:
-        entry = entries[key]
-        return _decode(entry["series"]), float(entry["seconds"]), True
-    start = time.perf_counter()
-    series = CHECKS[check](params)
-    seconds = time.perf_counter() - start
+    return entries.get(_key(check, params))
+
+
+def put_entry(entry: dict[str, Any], store_path: Path) -> None:
+    """Add an entry (as ``cache_entry`` returns it) to the cache beside the store, written whole."""
+    path = cache_path(store_path)
     entries = json.loads(path.read_text()) if path.is_file() else {}
-    entries[key] = {"check": check, "params": params, "series": _encode(series), "seconds": seconds}
+    entries[_key(entry["check"], entry["params"])] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
     partial.replace(path)
+
+
+def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False,
+           compute: bool = True) -> tuple[Series, float, bool]:
+    """The check's series, from the cache beside the store when there; returns (series, seconds, reused).
+    ``compute`` False raises ``NotComputed`` instead of running a check the cache lacks."""
+    if check not in CHECKS:
+        raise ValueError(f"unknown check '{check}'; allowed: {', '.join(CHECKS)}")
+    entry = None if refresh else cache_entry(check, params, store_path)
+    if entry is not None:
+        return _decode(entry["series"]), float(entry["seconds"]), True
+    if not compute:
+        raise NotComputed(f"no stored result of the check {check} at these params")
+    start = time.perf_counter()
+    series = CHECKS[check](params)
+    seconds = time.perf_counter() - start
+    put_entry({"check": check, "params": params, "series": _encode(series), "seconds": seconds}, store_path)
     return series, seconds, False
 
 

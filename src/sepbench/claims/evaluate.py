@@ -13,20 +13,35 @@ Rules, the same for every claim:
   grid widths the data leave possible (between the largest width decided unsolved and the smallest solved,
   unbounded when none solved): an order holds when every possible value of one side is below every possible
   value of the other, fails when the reverse holds, and is inconclusive otherwise.
-* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, or failed runs make a
-  condition inconclusive, never not reproduced. A claim is reproduced when every condition is, not reproduced
-  when any condition is, and inconclusive otherwise.
+* ``level`` with ``lrs`` = L: the same at each member's L-th best learning rate (it holds at L of them).
+* ``rate`` (Bhattamishra et al. L293, "the rate of learning"): T = the steps the fast group's best member takes to
+  reach the threshold (its best learning rate, slowest seed, from its curve); reproduced when the slow group's best
+  member, read off its curves at k x T steps, is below the threshold on every seed, not reproduced when it reached
+  it on every seed. Slow runs whose budget ends before k x T make it inconclusive.
+* ``fixed_width``: one grid width <= ``max_width`` is solved at every length (reproduced), every such width is
+  decided unsolved at some length (not reproduced), otherwise inconclusive.
+* ``min_width_order``: per task, a's smallest solving width <= b's at every length and < at one or more; a tie at
+  every length is not reproduced, as is b < a at some length.
+* ``growth_order``: per model, the factor by which the smallest solving width grows from the smallest to the
+  largest length is larger on task b than on task a.
+* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
+  of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
+  budget (``sepbench.claims.learning``): "not reproduced" becomes "inconclusive: still learning at B steps", with
+  the measured slope and the budget it points to; an unsolved width whose runs are still learning is undecided.
+  A claim is reproduced when every condition is, not reproduced when any condition is, and inconclusive
+  otherwise.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sepbench.claims.catalogue import (Claim, Compare, FlopsOrder, Group, Level, MinWidthGrowth, MinWidthOrder,
-                                       SolvedRuleFields, group_at)
+from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, Group, GrowthOrder, Level, LogGrowth,
+                                       MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, group_at)
+from sepbench.claims.learning import learning_reason
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
@@ -34,6 +49,8 @@ from sepbench.train.result import RunResult
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+STILL_LEARNING = "still learning at"
+NO_EVIDENCE = "no evidence shipped"
 INF = math.inf
 
 
@@ -46,6 +63,8 @@ class Point:
     values: list[float]
     member: str = ""
     detail: str = ""
+    runs: list[RunResult] = field(default_factory=list, repr=False)
+    """The runs behind ``values`` (the picked member's seeds at its chosen learning rate)."""
 
     @property
     def mean(self) -> float:
@@ -80,6 +99,17 @@ class ClaimVerdict:
     outcomes: list[Outcome]
     wall_seconds: float = 0.0
     runs: int = 0
+
+    @property
+    def label(self) -> str:
+        """The verdict, as "inconclusive: still learning at B steps" when a deciding run was still learning."""
+        if self.verdict != INCONCLUSIVE:
+            return self.verdict
+        if self.outcomes and all(r.startswith(NO_EVIDENCE) for o in self.outcomes for r in o.reasons):
+            return f"{INCONCLUSIVE}: {NO_EVIDENCE}"
+        budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
+                          if STILL_LEARNING in reason}, key=int)
+        return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps" if budgets else self.verdict
 
 
 def combine(verdicts: Sequence[str]) -> str:
@@ -167,33 +197,44 @@ class Slot:
 
     @property
     def failed(self) -> list[RunResult]:
-        return [r for r in self.results if r.status == "failed"]
+        """Runs that failed, and diverged runs of a cell none of whose learning rates trained: gaps, never runs that
+        did not learn (a diverged learning rate beside one that trained is a losing one, as in ``select_lr``)."""
+        trained = {cell_key(r.config) for r in self.results if r.status in TRAINED}
+        return [r for r in self.results
+                if r.status == "failed" or (r.status == "diverged" and cell_key(r.config) not in trained)]
 
 
-def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str) -> Point:
-    """The group's value at one length: per member its best cell at its best learning rate; the best or worst
-    member by mean accuracy over the seeds of that learning rate."""
-    members: dict[str, tuple[float, list[float], str, int]] = {}
+def final_accuracy(result: RunResult) -> float:
+    return result.metrics.get("accuracy", math.nan)
+
+
+def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str, rank: int = 1,
+                value: Callable[[RunResult], float] = final_accuracy) -> Point:
+    """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
+    with ``rank`` > 1); the best or worst member by mean ``value`` over the seeds of that learning rate."""
+    members: dict[str, tuple[float, list[RunResult], str, int]] = {}
     by_cell: dict[str, list[RunResult]] = {}
     for result in slot.results:
         by_cell.setdefault(cell_key(result.config), []).append(result)
     for runs in by_cell.values():
-        by_lr: dict[float, list[float]] = {}
+        by_lr: dict[float, list[RunResult]] = {}
         for r in runs:
             if r.status in TRAINED:
-                by_lr.setdefault(r.config.train.lr, []).append(r.metrics.get("accuracy", math.nan))
-        if not by_lr:
+                by_lr.setdefault(r.config.train.lr, []).append(r)
+        ranked = sorted(by_lr.items(), key=lambda item: (-np.mean([value(r) for r in item[1]]), item[0]))
+        if len(ranked) < rank:
             continue
-        lr, seeds = max(by_lr.items(), key=lambda item: (np.mean(item[1]), -item[0]))
+        lr, chosen = ranked[rank - 1]
         name = member_name(runs[0].config, per)
-        mean = float(np.mean(seeds))
+        mean = float(np.mean([value(r) for r in chosen]))
         if name not in members or mean > members[name][0]:
-            members[name] = (mean, seeds, f"{model_label(runs[0].config)} lr {lr:g}", len(by_lr))
+            members[name] = (mean, chosen, f"{model_label(runs[0].config)} lr {lr:g}", len(by_lr))
     if not members:
         return Point(label, x, [])
-    chosen = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])
-    _, (_, seeds, where, lrs) = chosen
-    return Point(label, x, list(seeds), member=where, detail=f", best of {lrs} lr")
+    chosen_member = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])
+    _, (_, seeds, where, lrs) = chosen_member
+    ordinal = "best" if rank == 1 else f"{rank}th best"
+    return Point(label, x, [value(r) for r in seeds], member=where, detail=f", {ordinal} of {lrs} lr", runs=list(seeds))
 
 
 def _gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
@@ -201,7 +242,8 @@ def _gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
     if slot.missing:
         reasons.append(f"{slot.missing} runs not in the store")
     if slot.failed:
-        reasons.append(f"{len(slot.failed)} runs failed ({slot.failed[0].error or 'no reason stored'})")
+        reasons.append(f"{len(slot.failed)} runs failed or diverged ({slot.failed[0].status}: "
+                       f"{slot.failed[0].error or 'no reason stored'})")
     if len(point.values) < min_seeds:
         reasons.append(f"{point.label}: {len(point.values)} trained seeds, the rule needs {min_seeds}")
     return reasons
@@ -239,6 +281,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
     lengths = condition.lengths_at(scale)
     groups = [condition.a, condition.b] if isinstance(condition, Compare) else [condition.group]
     picks = [condition.a_pick, condition.b_pick] if isinstance(condition, Compare) else [condition.pick]
+    rank = condition.lrs if isinstance(condition, Level) else 1
     slot_maps = [_slots(configs, results, g, lengths) for g in groups]
     wanted = lengths if lengths is not None else sorted(set().union(*slot_maps))
     outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None))
@@ -251,7 +294,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
                 reasons.append(f"N={n}: no run of {_group_label(group)} in the claim's specs")
                 points.append(Point(_group_label(group), n, []))
                 continue
-            point = group_point(slot, _group_label(group), n, condition.per, pick)
+            point = group_point(slot, _group_label(group), n, condition.per, pick, rank)
             points.append(point)
             reasons += [f"N={n}: {r}" for r in _gaps(slot, min_seeds, point)]
         outcome.points += points
@@ -259,46 +302,149 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
         if reasons:
             outcome.reasons += reasons
             verdicts.append(INCONCLUSIVE)
-        elif isinstance(condition, Compare):
-            verdicts.append(compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction))
+            continue
+        if isinstance(condition, Compare):
+            verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
-            verdicts.append(level_verdict(points[0].values, condition.threshold, condition.direction))
+            verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
+        learning = _still_learning_reason(condition, points) if verdict == NOT_REPRODUCED else None
+        if learning:
+            outcome.reasons.append(f"N={n}: {learning}")
+            verdict = INCONCLUSIVE
+        verdicts.append(verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts:
         outcome.reasons.append("no lengths to judge")
     return outcome
 
 
+def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
+    """Why "not reproduced" is not yet decided: the side that had to rise was still learning (None otherwise)."""
+    if isinstance(condition, Level):
+        return learning_reason(points[0].runs, condition.threshold) if condition.direction == "at_least" else None
+    a, b = points
+    if condition.direction == "above":
+        return learning_reason(a.runs, min(1.0, max(b.values) + condition.margin))
+    return learning_reason(b.runs, max(0.0, max(a.values) - condition.margin))
+
+
+def _accuracy_at(result: RunResult, step: float) -> float:
+    """Accuracy of the last evaluation at or before ``step``; a run that stopped solved keeps its last value."""
+    seen = [p.accuracy for p in result.curve if p.step <= step]
+    if seen:
+        return seen[-1]
+    return math.nan
+
+
+def _steps_to(result: RunResult, threshold: float) -> float:
+    """The first evaluated step at which the run's accuracy reached ``threshold`` (inf if it never did)."""
+    return next((float(p.step) for p in result.curve if p.accuracy >= threshold), INF)
+
+
+def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: dict[str, RunResult],
+          min_seeds: int) -> Outcome:
+    lengths = condition.lengths_at(scale)
+    fast_slots = _slots(configs, results, condition.fast, lengths)
+    slow_slots = _slots(configs, results, condition.slow, lengths)
+    wanted = lengths if lengths is not None else sorted(set(fast_slots) | set(slow_slots))
+    outcome = Outcome(condition.text, INCONCLUSIVE, threshold=condition.threshold)
+    verdicts = []
+    for n in wanted:
+        fast_slot, slow_slot = fast_slots.get(n), slow_slots.get(n)
+        if fast_slot is None or slow_slot is None:
+            outcome.reasons.append(f"N={n}: the claim's specs have no runs of one side")
+            verdicts.append(INCONCLUSIVE)
+            continue
+        fast = group_point(fast_slot, _group_label(condition.fast), n, condition.per, "best",
+                           value=lambda r: -_steps_to(r, condition.threshold))
+        reasons = [f"N={n}: {r}" for r in _gaps(fast_slot, min_seeds, fast)]
+        steps = max((_steps_to(r, condition.threshold) for r in fast.runs), default=INF)
+        if reasons:
+            outcome.reasons += reasons
+            verdicts.append(INCONCLUSIVE)
+            continue
+        if steps == INF:
+            budget = max(r.steps for r in fast.runs)
+            outcome.evidence.append(f"N={n}: {fast.label} {fast.member} does not reach {condition.threshold:g} "
+                                    f"within {budget} steps on every seed")
+            learning = learning_reason(fast.runs, condition.threshold)
+            outcome.reasons += [f"N={n}: {learning}"] if learning else []
+            verdicts.append(INCONCLUSIVE if learning else NOT_REPRODUCED)
+            continue
+        horizon = condition.k * steps
+        slow = group_point(slow_slot, _group_label(condition.slow), n, condition.per, "best",
+                           value=lambda r: _accuracy_at(r, horizon))
+        outcome.points.append(Point(f"{slow.label} at {condition.k:g} x T", n, slow.values, slow.member))
+        outcome.evidence.append(f"N={n}: {fast.label} {fast.member} reaches {condition.threshold:g} at T = "
+                                f"{steps:.0f} steps (slowest seed); at {condition.k:g} x T = {horizon:.0f} steps: "
+                                f"{slow.text()}")
+        short = [r for r in slow_slot.results if r.status == "completed" and r.steps < horizon]
+        reasons = [f"N={n}: {r}" for r in _gaps(slow_slot, min_seeds, slow)]
+        if short:
+            reasons.append(f"N={n}: {len(short)} runs of {slow.label} stopped at {min(r.steps for r in short)} "
+                           f"steps, before {condition.k:g} x T = {horizon:.0f}")
+        if reasons:
+            outcome.reasons += reasons
+            verdicts.append(INCONCLUSIVE)
+            continue
+        verdicts.append(level_verdict(slow.values, condition.threshold, "below"))
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    if not verdicts:
+        outcome.reasons.append("no lengths to judge")
+    return outcome
+
+
+BELOW_GRID = 0.0
+"""A possible smallest solving width below the smallest width tried (the grid cannot tell it from that width)."""
+
+
 def possible_widths(verdicts: dict[int, str]) -> list[float]:
     """Grid widths the smallest solving width may be, given each width's verdict (solved, unsolved, undecided,
-    failed); ``inf`` when none solved (it may lie beyond the grid)."""
+    failed); ``inf`` when none solved (it may lie beyond the grid), ``BELOW_GRID`` when no width below the
+    possible ones was decided unsolved (it may lie below the grid)."""
     solved = [w for w, v in verdicts.items() if v == "solved"]
     high = min(solved) if solved else INF
     unsolved = [w for w, v in verdicts.items() if v == "unsolved" and w < high]
     low = max(unsolved) if unsolved else 0
     found: list[float] = [w for w, v in sorted(verdicts.items()) if low < w <= high and v != "unsolved"]
-    return found + ([INF] if high == INF else [])
+    below = [BELOW_GRID] if not unsolved and found else []
+    return below + found + ([INF] if high == INF else [])
 
 
-def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str]
+def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None
                ) -> dict[str, dict[int, list[float]]]:
-    """Per member, per length: the possible smallest solving widths (``possible_widths``)."""
+    """Per member, per length: the possible smallest solving widths (``possible_widths``). A width decided
+    unsolved whose best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
     cells = select_lr(results, rule)
     if cells.empty:
         return {}
     names = {cell_key(r.config): member_name(r.config, per) for r in results}
     cells = cells.assign(member=[names[c] for c in cells.cell])
+    by_cell: dict[str, list[RunResult]] = {}
+    for r in results:
+        by_cell.setdefault(cell_key(r.config), []).append(r)
+    verdicts = list(cells.verdict)
+    for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
+        if verdict != "unsolved":
+            continue
+        reason = learning_reason([r for r in by_cell[cell] if r.config.train.lr == best_lr], rule.threshold)
+        if reason:
+            verdicts[i] = "undecided"
+            if notes is not None:
+                first = by_cell[cell][0].config
+                notes.append(f"{member_name(first, per)} N={first.task.length} width {first.model.width}: {reason}")
+    cells = cells.assign(verdict=verdicts)
     sets: dict[str, dict[int, list[float]]] = {}
     for member, rows in cells.groupby("member"):
         for length, widths in width_verdicts(rows).groupby("length"):
-            verdicts = {int(w): v for w, v in zip(widths.width, widths.verdict)}
-            sets.setdefault(member, {})[int(length)] = possible_widths(verdicts)
+            width_verdict = {int(w): v for w, v in zip(widths.width, widths.verdict)}
+            sets.setdefault(member, {})[int(length)] = possible_widths(width_verdict)
     return sets
 
 
 def _widths_text(values: Sequence[float]) -> str:
-    finite = [int(v) for v in values if v != INF]
-    text = ",".join(map(str, finite))
+    finite = ["below the grid" if v == BELOW_GRID else str(int(v)) for v in values if v != INF]
+    text = ",".join(finite)
     if INF in values:
         text = f"{text}, or beyond the grid" if text else "beyond the grid"
     return "{" + text + "}"
@@ -334,7 +480,7 @@ def _min_width_growth(condition: MinWidthGrowth, scale: str, configs: Sequence[R
     found, reasons = _runs_in(configs, results, condition.group, condition.lengths_at(scale))
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = []
-    for member, per_length in sorted(width_sets(found, _rule(condition.solved), condition.per).items()):
+    for member, per_length in sorted(width_sets(found, _rule(condition.solved), condition.per, outcome.reasons).items()):
         small, large = min(per_length), max(per_length)
         outcome.evidence.append(f"{member}: smallest solving width N={small} {_widths_text(per_length[small])}, "
                                 f"N={large} {_widths_text(per_length[large])}")
@@ -354,29 +500,125 @@ def _min_width_growth(condition: MinWidthGrowth, scale: str, configs: Sequence[R
     return outcome
 
 
+def at_most_verdict(lower: Sequence[float], higher: Sequence[float]) -> str:
+    """Whether every value ``lower`` may take is at most every value ``higher`` may take."""
+    if max(lower) <= min(higher):
+        return REPRODUCED
+    if min(lower) > max(higher):
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def weak_order_verdict(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> str:
+    """a <= b at every length and a < b at one or more, from each length's possible values (a, b)."""
+    at_most = [at_most_verdict(a, b) for a, b in pairs]
+    below = [order_verdict(a, b) for a, b in pairs]
+    if NOT_REPRODUCED in at_most or (below and all(v == NOT_REPRODUCED for v in below)):
+        return NOT_REPRODUCED
+    if at_most and all(v == REPRODUCED for v in at_most) and REPRODUCED in below:
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
 def _min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunConfig],
                      results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
     rule = _rule(condition.solved)
     runs_a, reasons_a = _runs_in(configs, results, condition.a, lengths)
     runs_b, reasons_b = _runs_in(configs, results, condition.b, lengths)
-    sets_a = {n: v for per_length in width_sets(runs_a, rule, ["task.name"]).values() for n, v in per_length.items()}
-    sets_b = {n: v for per_length in width_sets(runs_b, rule, ["task.name"]).values() for n, v in per_length.items()}
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=reasons_a + reasons_b)
-    label_a, label_b = _group_label(condition.a), _group_label(condition.b)
     verdicts = [INCONCLUSIVE] if outcome.reasons else []
-    for n in sorted(set(sets_a) | set(sets_b)):
-        if n not in sets_a or n not in sets_b:
-            outcome.reasons.append(f"N={n}: only one side has runs")
+    sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons)
+    sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons)
+    label_a, label_b = _group_label(condition.a), _group_label(condition.b)
+    tasks = sorted(set(sets_a) & set(sets_b)) if set(sets_a) & set(sets_b) else [None]
+    for task in tasks:
+        # a task of its own on each side (ED_Local against ED) pairs the two sides' only tasks
+        side_a = sets_a.get(task) if task else next(iter(sets_a.values()), {})
+        side_b = sets_b.get(task) if task else next(iter(sets_b.values()), {})
+        pairs = []
+        for n in sorted(set(side_a) | set(side_b)):
+            if n not in side_a or n not in side_b:
+                outcome.reasons.append(f"N={n}: only one side has runs")
+                verdicts.append(INCONCLUSIVE)
+                continue
+            where = f"{task} " if task else ""
+            outcome.evidence.append(f"{where}N={n}: {label_a} {_widths_text(side_a[n])} vs {label_b} "
+                                    f"{_widths_text(side_b[n])}")
+            outcome.points += _width_points(label_a, {n: side_a[n]}) + _width_points(label_b, {n: side_b[n]})
+            if min(side_a[n]) == INF and min(side_b[n]) == INF:
+                outcome.reasons.append(f"{where}N={n}: no width solves either side")
+                verdicts.append(INCONCLUSIVE)
+            else:
+                pairs.append((side_a[n], side_b[n]))
+        if pairs:
+            verdicts.append(weak_order_verdict(pairs))
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    return outcome
+
+
+def _fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
+                 results: dict[str, RunResult]) -> Outcome:
+    lengths = condition.lengths_at(scale)
+    found, reasons = _runs_in(configs, results, condition.group, lengths)
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    verdicts = [INCONCLUSIVE] if reasons else []
+    cells = select_lr(found, _rule(condition.solved))
+    if cells.empty:
+        outcome.reasons.append("no runs")
+        return outcome
+    names = {cell_key(r.config): member_name(r.config, condition.per) for r in found}
+    cells = cells.assign(member=[names[c] for c in cells.cell])
+    for member, rows in cells.groupby("member"):
+        table = width_verdicts(rows)
+        table = table[table.width <= condition.max_width]
+        sizes = sorted(set(table.length))
+        per_width = {int(w): dict(zip(g.length, g.verdict)) for w, g in table.groupby("width")}
+        solving = [w for w, by_n in per_width.items() if all(by_n.get(n) == "solved" for n in sizes)]
+        ruled_out = [w for w, by_n in per_width.items() if "unsolved" in by_n.values()]
+        if solving:
+            outcome.evidence.append(f"{member}: width {min(solving)} solves N = {', '.join(map(str, sizes))}")
+            verdicts.append(REPRODUCED)
+        elif len(ruled_out) == len(per_width):
+            outcome.evidence.append(f"{member}: every width <= {condition.max_width} "
+                                    f"({', '.join(map(str, sorted(per_width)))}) is unsolved at some N")
+            verdicts.append(NOT_REPRODUCED)
+        else:
+            open_widths = sorted(set(per_width) - set(ruled_out))
+            outcome.evidence.append(f"{member}: no width <= {condition.max_width} solves every N; widths "
+                                    f"{', '.join(map(str, open_widths))} are undecided at some N")
             verdicts.append(INCONCLUSIVE)
-            continue
-        outcome.evidence.append(f"N={n}: {label_a} {_widths_text(sets_a[n])} vs {label_b} {_widths_text(sets_b[n])}")
-        outcome.points += _width_points(label_a, {n: sets_a[n]}) + _width_points(label_b, {n: sets_b[n]})
-        if min(sets_a[n]) == INF and min(sets_b[n]) == INF:
-            outcome.reasons.append(f"N={n}: no width solves either side")
+    outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+    return outcome
+
+
+def _growth_factor(per_length: dict[int, list[float]]) -> list[float] | None:
+    """Possible factors (smallest width at the largest length / at the smallest); None when undefined."""
+    small, large = per_length[min(per_length)], per_length[max(per_length)]
+    if min(small) == INF or len(per_length) < 2:
+        return None
+    factors = {(b / a if b != INF else INF) for a in small if a != BELOW_GRID for b in large}
+    if BELOW_GRID in small:
+        factors.add(INF)
+    return sorted(factors)
+
+
+def _growth_order(condition: GrowthOrder, scale: str, configs: Sequence[RunConfig],
+                  results: dict[str, RunResult]) -> Outcome:
+    found, reasons = _runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    verdicts = [INCONCLUSIVE] if reasons else []
+    sets = width_sets(found, _rule(condition.solved), ["model.name", "task.name"], outcome.reasons)
+    for model in sorted({r.config.model.name for r in found}):
+        factors = {task: _growth_factor(sets.get(f"{model}/{task}", {0: [INF]})) for task in (condition.a, condition.b)}
+        text = ", ".join(f"{task} x{'|'.join('>grid' if f == INF else f'{f:g}' for f in v) if v else ' undefined'}"
+                         for task, v in factors.items())
+        outcome.evidence.append(f"{model}: growth of the smallest solving width, smallest to largest size: {text}")
+        if factors[condition.a] is None or factors[condition.b] is None:
+            outcome.reasons.append(f"{model}: no width solves the smallest size of a task, or only one size")
             verdicts.append(INCONCLUSIVE)
         else:
-            verdicts.append(order_verdict(sets_a[n], sets_b[n]))
+            verdicts.append(order_verdict(factors[condition.a], factors[condition.b]))
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     return outcome
 
@@ -385,9 +627,10 @@ def _flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig]
                  results: dict[str, RunResult]) -> Outcome:
     found, reasons = _runs_in(configs, results, condition.group, condition.lengths_at(scale))
     rule = _rule(condition.solved)
-    sets = width_sets(found, rule, ["model.name", "task.name"])
+    notes: list[str] = []
+    sets = width_sets(found, rule, ["model.name", "task.name"], notes)
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
-    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
+    outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons) + notes)
     verdicts = [INCONCLUSIVE] if reasons else []
     tasks = sorted({r.config.task.name for r in found})
     for task in tasks:
@@ -399,7 +642,7 @@ def _flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig]
                 base = sample.get((model, task, n))
                 if widths is None or base is None:
                     continue
-                flops[model] = [INF if w == INF else estimate_paper_flops(
+                flops[model] = [INF if w == INF else 0.0 if w == BELOW_GRID else estimate_paper_flops(
                     base.model_copy(update={"model": base.model.model_copy(update={"width": int(w)})})) / 1e9
                     for w in widths]
             missing = [m for m in condition.order if m not in flops]
@@ -438,17 +681,25 @@ def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], result
     """Each condition of a sweep claim on the stored runs of its configs (``results``: config hash -> run)."""
     outcomes = []
     for condition in claim.conditions:
-        groups = {name: group_at(getattr(condition, name), scale) for name in ("a", "b", "group")
+        groups = {name: group_at(getattr(condition, name), scale) for name in ("a", "b", "group", "fast", "slow")
                   if hasattr(condition, name)}
         condition = condition.model_copy(update=groups)
         if isinstance(condition, (Compare, Level)):
             outcomes.append(_on_lengths(condition, scale, configs, results, claim.min_seeds))
+        elif isinstance(condition, Rate):
+            outcomes.append(_rate(condition, scale, configs, results, claim.min_seeds))
         elif isinstance(condition, MinWidthGrowth):
             outcomes.append(_min_width_growth(condition, scale, configs, results))
         elif isinstance(condition, MinWidthOrder):
             outcomes.append(_min_width_order(condition, scale, configs, results))
-        else:
+        elif isinstance(condition, FixedWidth):
+            outcomes.append(_fixed_width(condition, scale, configs, results))
+        elif isinstance(condition, GrowthOrder):
+            outcomes.append(_growth_order(condition, scale, configs, results))
+        elif isinstance(condition, FlopsOrder):
             outcomes.append(_flops_order(condition, scale, configs, results))
+        else:
+            outcomes.append(Outcome(condition.text, INCONCLUSIVE, reasons=[f"{condition.kind} needs a theory series"]))
     return outcomes
 
 
@@ -462,6 +713,9 @@ def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
     """Each ``compare`` / ``level`` condition of a theory claim, its groups naming series labels."""
     outcomes = []
     for condition in claim.conditions:
+        if isinstance(condition, LogGrowth):
+            outcomes.append(_log_growth(condition, scale, series))
+            continue
         if not isinstance(condition, (Compare, Level)):
             outcomes.append(Outcome(condition.text, INCONCLUSIVE, reasons=[f"{condition.kind} needs sweep runs"]))
             continue
@@ -487,6 +741,27 @@ def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
         outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
         outcomes.append(outcome)
     return outcomes
+
+
+def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
+    """value / log2(N) at every N within ``slack`` times its value at the smallest N (the largest seed's value)."""
+    by_x = series.get(condition.group, {})
+    lengths = condition.lengths_at(scale) or sorted(by_x)
+    outcome = Outcome(condition.text, INCONCLUSIVE)
+    present = [n for n in lengths if by_x.get(n)]
+    if len(present) < 2 or min(present) < 2:
+        outcome.reasons.append(f"{condition.group}: needs values at two or more lengths >= 2")
+        return outcome
+    ratios = {n: max(by_x[n]) / math.log2(n) for n in present}
+    base = ratios[min(present)]
+    outcome.points = [Point(condition.group, n, list(by_x[n])) for n in present]
+    outcome.evidence.append(", ".join(f"N={n}: {condition.group} {max(by_x[n]):g} = {ratios[n]:.2f} log2 N"
+                                      for n in present))
+    worst = max(ratios.values()) / base
+    outcome.evidence.append(f"largest ratio to the smallest N's: x{worst:.2f} (allowed: x{condition.slack:g}; "
+                            f"N grows x{max(present) / min(present):g})")
+    outcome.verdict = REPRODUCED if worst <= condition.slack else NOT_REPRODUCED
+    return outcome
 
 
 def _x_text(x: float) -> str:

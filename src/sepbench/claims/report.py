@@ -10,7 +10,23 @@ from sepbench.claims.evaluate import ClaimVerdict
 
 RULES = ("Verdicts follow the rule stated in each claim (sepbench.claims.evaluate): reproduced when every condition "
          "holds on every seed pairing, not reproduced when a condition fails on every pairing, inconclusive when "
-         "seeds straddle the margin or runs are missing, failed or too few.")
+         "seeds straddle the margin, runs are missing, failed, diverged or too few, or a deciding run was still "
+         "learning at the end of its budget. Exploratory claims (not the papers') are outside the tally.")
+VERDICT_NAMES = ("reproduced", "not reproduced", "inconclusive")
+
+
+def tally(verdicts: Sequence[ClaimVerdict]) -> str:
+    """'3 reproduced, 1 not reproduced, 2 inconclusive; 1 exploratory (...)': the papers' claims counted apart
+    from the exploratory ones."""
+    claims = [v for v in verdicts if not v.claim.exploratory]
+    text = ", ".join(f"{sum(v.verdict == name for v in claims)} {name}" for name in VERDICT_NAMES)
+    extra = len(verdicts) - len(claims)
+    return text + (f"; {extra} exploratory (not the paper's claims)" if extra else "")
+
+
+def shown_verdict(verdict: ClaimVerdict) -> str:
+    """The verdict as a table shows it: still learning spelled out, exploratory claims marked."""
+    return verdict.label + (" (exploratory)" if verdict.claim.exploratory else "")
 
 
 def _duration(seconds: float) -> str:
@@ -19,15 +35,16 @@ def _duration(seconds: float) -> str:
 
 def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, str] | None = None) -> str:
     """The verdict table, then per claim its conditions, evidence and reasons."""
-    lines = ["# Reproduction of the papers' claims", "", budget, "", RULES, "",
+    lines = ["# Reproduction of the papers' claims", "", budget, "", RULES, "", tally(verdicts) + ".", "",
              "| claim | paper, where | verdict | wall time | evidence |", "|---|---|---|---|---|"]
     for v in verdicts:
         first = "; ".join(o.evidence[0] for o in v.outcomes if o.evidence) or "-"
-        lines.append(f"| `{v.claim.id}` | {v.claim.paper}, {v.claim.where} | **{v.verdict}** | "
+        lines.append(f"| `{v.claim.id}` | {v.claim.paper}, {v.claim.place} | **{shown_verdict(v)}** | "
                      f"{_duration(v.wall_seconds)} | {first.replace('|', '/')} |")
     for v in verdicts:
-        lines += ["", f"## `{v.claim.id}`: {v.verdict}", "", f"{v.claim.text} ({v.claim.paper}, {v.claim.where})"
-                  + (" — a question sepbench adds, not the paper's claim." if v.claim.beyond_paper else ""), ""]
+        lines += ["", f"## `{v.claim.id}`: {shown_verdict(v)}", "", f"{v.claim.text} ({v.claim.paper}, {v.claim.where})"
+                  + (" — exploratory: a question sepbench adds, not the paper's claim." if v.claim.exploratory else ""),
+                  ""]
         for o in v.outcomes:
             lines.append(f"- {o.text}: **{o.verdict}**")
             lines += [f"  - {e}" for e in o.evidence]
@@ -53,8 +70,8 @@ def draw(verdict: ClaimVerdict):
                 continue
             xs = [p.x for p in points]
             means = [p.mean for p in points]
-            low = [p.mean - min(p.values) for p in points]
-            high = [max(p.values) - p.mean for p in points]
+            low = [max(0.0, p.mean - min(p.values)) for p in points]  # a mean of equal values may round above them
+            high = [max(0.0, max(p.values) - p.mean) for p in points]
             ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=3, label=_legend(label, points),
                         color=f"C{i}")
         if outcome.threshold is not None:
@@ -71,7 +88,7 @@ def draw(verdict: ClaimVerdict):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
-    fig.suptitle(f"{verdict.claim.id} ({verdict.scale} scale): {verdict.verdict}", fontsize=9)
+    fig.suptitle(f"{verdict.claim.id} ({verdict.scale} scale): {shown_verdict(verdict)}", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sepbench.claims.catalogue import Claim
-from sepbench.claims.checks import cached
+from sepbench.claims.checks import NotComputed, cached
 from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combine, evaluate_runs,
                                       evaluate_series)
 from sepbench.config import RunConfig
@@ -39,11 +39,15 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
 
     ``wall_seconds`` is the stored wall time of the claim's runs (or its check), whether trained now or before.
+    ``train`` False trains nothing and runs no theory check: the verdict is judged from what the store holds.
     """
     if claim.kind == "theory":
         params = claim.at(scale).params
         try:
-            series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force)
+            series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force, compute=train)
+        except NotComputed as missing:
+            return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[str(missing)])
+                                                             for c in claim.conditions], 0.0, 0)
         except Exception as error:  # noqa: BLE001 - a check that fails is this claim's result, not the command's end
             reason = f"the check {claim.check} failed: {type(error).__name__}: {error}"
             return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])

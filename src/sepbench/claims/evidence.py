@@ -1,0 +1,101 @@
+"""Evidence that ships: the runs (or theory results) behind each verdict, as JSON lines in the repository.
+
+``evidence/<scale>/<claim>.jsonl`` holds one record a line: ``{"kind": "run", "run": {...}}`` (a stored run: its
+config, metrics, curve, code_version) or ``{"kind": "check", "entry": {...}, "code_version": ...}`` (a theory
+check's check, params, series and seconds, and the code that wrote the record). ``sepbench reproduce --evidence`` loads them into a scratch store and judges each claim from
+it, training nothing and running no check.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from sepbench.claims.catalogue import Claim
+from sepbench.claims.checks import cache_entry, put_entry
+from sepbench.claims.evaluate import INCONCLUSIVE, NO_EVIDENCE, ClaimVerdict, Outcome
+from sepbench.config import ConfigError
+from sepbench.store import Store
+from sepbench.train.result import RunResult
+
+EVIDENCE_DIR = Path("evidence")
+
+
+def path_for(root: Path, scale: str, claim_id: str) -> Path:
+    return Path(root) / scale / f"{claim_id}.jsonl"
+
+
+def records(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The claim's runs the store holds at ``scale`` (or its check's cached result), as evidence records."""
+    if claim.kind == "theory":
+        from sepbench.train.environment import code_version
+
+        entry = cache_entry(claim.check, claim.at(scale).params, store.path)
+        return [{"kind": "check", "entry": entry, "code_version": code_version()}] if entry else []
+    found = []
+    for cfg in claim.configs(scale, overrides):
+        result = store.get(cfg.config_hash())
+        if result is not None:
+            found.append({"kind": "run", "run": json.loads(result.model_dump_json())})
+    return found
+
+
+def write(claim: Claim, scale: str, store: Store, root: Path = EVIDENCE_DIR,
+          overrides: dict[str, Any] | None = None) -> tuple[Path, int]:
+    """Write the claim's evidence to ``root/<scale>/<id>.jsonl`` whole (a partial file, then renamed); returns the
+    path and the number of records (none written when the store holds nothing for the claim)."""
+    lines = records(claim, scale, store, overrides)
+    path = path_for(root, scale, claim.id)
+    if not lines:
+        return path, 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    partial.replace(path)
+    return path, len(lines)
+
+
+def load(claims: Sequence[Claim], scale: str, root: Path, store: Store) -> list[str]:
+    """Put every shipped record of ``claims`` at ``scale`` into ``store`` (runs) and its theory cache (checks);
+    returns the ids of the claims with no evidence file. A malformed line is a one-line ConfigError."""
+    missing = []
+    for claim in claims:
+        path = path_for(root, scale, claim.id)
+        if not path.is_file():
+            missing.append(claim.id)
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            _put(record, store, f"{path}:{number}")
+    return missing
+
+
+def _put(record: Any, store: Store, where: str) -> None:
+    kind = record.get("kind") if isinstance(record, dict) else None
+    try:
+        if kind == "run":
+            store.put(RunResult.model_validate(record["run"]))
+            return
+        if kind == "check" and {"check", "params", "series", "seconds"} <= set(record["entry"]):
+            put_entry(record["entry"], store.path)
+            return
+    except (KeyError, TypeError, ValidationError) as problem:
+        raise ConfigError(f"{where}: not an evidence record ({type(problem).__name__}); allowed: a run or a "
+                          f"check record as `sepbench reproduce --write-evidence` writes them") from None
+    raise ConfigError(f"{where}: not an evidence record; allowed: {{\"kind\": \"run\", \"run\": ...}} or "
+                      f"{{\"kind\": \"check\", \"entry\": ...}}")
+
+
+def unshipped(claim: Claim, scale: str) -> ClaimVerdict:
+    """The verdict of a claim whose evidence is not in the repository: inconclusive, saying so."""
+    reason = f"{NO_EVIDENCE} at the {scale} scale (evidence/{scale}/{claim.id}.jsonl)"
+    return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
+                                                     for c in claim.conditions])

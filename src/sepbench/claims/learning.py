@@ -1,0 +1,118 @@
+"""Whether a run was still learning when its budget ran out: a short budget is not a refutation.
+
+A run is still learning when, over the last quarter of its steps (at least its last three evaluations), the
+least-squares line through its evaluation points gains more accuracy than the noise of one evaluation (the
+half-width of its stored interval, else a binomial 95% half-width) and than twice the fitted gain's standard
+error; or when its loss falls by more than 1% of its level and twice the fall's standard error. Only runs that used their whole budget have a trend: a run that
+stopped at its threshold is done, and one that did not train (failed, diverged) is a gap, never "not solved".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from sepbench.train.result import EvalPoint, RunResult
+
+QUARTER = 0.25
+MIN_POINTS = 3
+LOSS_FLOOR = 0.01
+"""A loss fall counts when above this fraction of the loss (and above its noise)."""
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The last quarter of one run's curve."""
+
+    budget: int
+    slope: float
+    """Fitted accuracy gained per step."""
+    gain: float
+    gain_noise: float
+    loss_fall: float
+    loss_noise: float
+    last: float
+    """Fitted accuracy at the budget."""
+
+    @property
+    def learning(self) -> bool:
+        return self.gain > self.gain_noise or self.loss_fall > self.loss_noise
+
+    def steps_to(self, target: float) -> float | None:
+        """Steps at which the fitted accuracy line reaches ``target`` (None when it does not rise)."""
+        if self.last >= target:
+            return float(self.budget)
+        return self.budget + (target - self.last) / self.slope if self.slope > 0 else None
+
+    def text(self, target: float | None = None) -> str:
+        rate = f"accuracy {self.slope * 1000:+.3f} per 1k steps over the last quarter (noise {self.gain_noise:.3f})"
+        if self.loss_fall > self.loss_noise:
+            rate += f", loss falling {self.loss_fall:.3f} (noise {self.loss_noise:.3f})"
+        if target is None:
+            return rate
+        steps = self.steps_to(target)
+        where = f"~{steps:,.0f} steps" if steps is not None else "a budget the accuracy slope cannot tell"
+        return f"{rate}; at that rate {target:.3g} needs {where}"
+
+
+def _fit(steps: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
+    """Slope, intercept and the slope's standard error of the least-squares line."""
+    slope, intercept = np.polyfit(steps, values, 1)
+    residuals = values - (slope * steps + intercept)
+    dof = max(len(steps) - 2, 1)
+    spread = float(np.sum((steps - steps.mean()) ** 2))
+    error = math.sqrt(float(np.sum(residuals**2)) / dof / spread) if spread > 0 else math.inf
+    return float(slope), float(intercept), error
+
+
+def _evaluation_noise(point: EvalPoint, eval_samples: int) -> float:
+    if point.interval is not None:
+        return (point.interval.high - point.interval.low) / 2
+    p = min(max(point.accuracy, 1.0 / eval_samples), 1 - 1.0 / eval_samples)
+    return 1.96 * math.sqrt(p * (1 - p) / eval_samples)
+
+
+def trend(result: RunResult) -> Trend | None:
+    """The run's last-quarter trend; None unless it ran its whole budget with ``MIN_POINTS`` evaluations."""
+    if result.status != "completed" or not result.curve:
+        return None
+    budget = max(result.steps, result.curve[-1].step)
+    finite = [p for p in result.curve if math.isfinite(p.accuracy)]
+    tail = [p for p in finite if p.step >= (1 - QUARTER) * budget]
+    tail = tail if len(tail) >= MIN_POINTS else finite[-MIN_POINTS:]
+    if len(tail) < MIN_POINTS:
+        return None
+    steps = np.array([p.step for p in tail], dtype=float)
+    accuracy = np.array([p.accuracy for p in tail])
+    span = steps[-1] - steps[0]
+    slope, intercept, error = _fit(steps, accuracy)
+    noise = max(_evaluation_noise(tail[-1], result.config.train.eval_samples), 2 * error * span)
+    losses = np.array([p.loss for p in tail])
+    fall, loss_noise = 0.0, math.inf
+    if np.all(np.isfinite(losses)):
+        loss_slope, _, loss_error = _fit(steps, losses)
+        fall = -loss_slope * span
+        loss_noise = max(LOSS_FLOOR * float(np.abs(losses).mean()), 2 * loss_error * span)
+    return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept)
+
+
+def still_learning(results: Sequence[RunResult]) -> list[tuple[RunResult, Trend]]:
+    """The runs among ``results`` that were still learning at their budget, with their trends."""
+    found = []
+    for result in results:
+        found_trend = trend(result)
+        if found_trend is not None and found_trend.learning:
+            found.append((result, found_trend))
+    return found
+
+
+def learning_reason(results: Sequence[RunResult], target: float | None) -> str | None:
+    """'still learning at B steps: ...' for the steepest run still learning among ``results``, else None."""
+    learning = still_learning(results)
+    if not learning:
+        return None
+    result, steepest = max(learning, key=lambda item: item[1].slope)
+    return (f"still learning at {steepest.budget} steps ({len(learning)} of {len(results)} deciding runs; "
+            f"seed {result.config.seed}: {steepest.text(target)})")

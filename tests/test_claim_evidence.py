@@ -1,0 +1,75 @@
+"""Evidence that ships: a claim's runs as JSON lines, judged again by `sepbench reproduce --evidence`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from sepbench.claims import select
+from sepbench.claims import evidence
+from sepbench.cli import app
+from sepbench.store import Store
+from sepbench.train.result import EvalPoint, RunResult
+
+runner = CliRunner()
+CLAIM = "mamba-wide-vs-transformer"
+
+
+def _store(path, transformer_accuracy: float) -> Store:
+    """The claim's quick runs, stored with a short curve each: TF-(1, 64) at ``transformer_accuracy``, Mamba 0.3."""
+    (claim,) = select(None, CLAIM)
+    store = Store(path)
+    for cfg in claim.configs("quick"):
+        acc = transformer_accuracy if cfg.model.name == "transformer" else 0.3
+        curve = [EvalPoint(step=cfg.train.steps, loss=1.0 - acc, accuracy=acc, seconds=1.0)]
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
+                            curve=curve, steps=cfg.train.steps, wall_seconds=1.0, code_version="abc"))
+    return store
+
+
+def test_written_evidence_is_judged_again_without_training(tmp_path):
+    (claim,) = select(None, CLAIM)
+    path, count = evidence.write(claim, "quick", _store(tmp_path / "ours.db", 0.99), tmp_path / "evidence")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path == tmp_path / "evidence" / "quick" / f"{CLAIM}.jsonl" and count == len(lines) == 24
+    assert {"config", "metrics", "curve", "code_version"} <= set(lines[0]["run"])
+    result = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--claim", "bound-8k", "--evidence",
+                                 "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "1 reproduced, 0 not reproduced, 1 inconclusive" in result.stdout
+    assert "inconclusive: no evidence shipped" in result.stdout  # bound-8k has no file in this folder
+    yours = _store(tmp_path / "yours.db", 0.5)
+    beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
+                                 str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)
+    assert beside.exit_code == 0, beside.output
+    row = next(line for line in beside.stdout.splitlines() if line.startswith(f"│ {CLAIM}") and "not reproduced" in line)
+    assert "reproduced" in row.split("│")[2] and "not reproduced" in row.split("│")[3]
+    assert "yours: 0 reproduced, 1 not reproduced, 0 inconclusive" in beside.stdout
+
+
+def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
+    folder = tmp_path / "evidence" / "quick"
+    folder.mkdir(parents=True)
+    (folder / f"{CLAIM}.jsonl").write_text('{"kind": "run", "run": {"config": 3}}\n')
+    bad = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir", str(tmp_path / "evidence")])
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0, bad.output
+    assert f"{CLAIM}.jsonl:1: not an evidence record" in bad.stderr
+    nowhere = runner.invoke(app, ["reproduce", "--evidence", "--store", str(tmp_path / "none.db")])
+    assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and not (tmp_path / "none.db").exists()
+    mixed = runner.invoke(app, ["reproduce", "--evidence", "--set", "train.steps=3"])
+    assert mixed.exit_code == 2 and "--evidence judges the shipped runs as they are" in mixed.stderr
+
+
+def test_the_shipped_evidence_covers_every_theory_claim_and_names_its_code():
+    root = Path(__file__).resolve().parents[1] / "evidence"
+    missing = []
+    for claim in select():
+        path = evidence.path_for(root, "quick", claim.id)
+        if not path.is_file():
+            missing += [claim.id] if claim.kind == "theory" else []
+            continue
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert (record.get("code_version") or record["run"]["code_version"]), (claim.id, line[:80])
+    assert not missing

@@ -1,0 +1,154 @@
+"""The verdict rules added for faithful claims: rates of learning, runs still learning, O(log N) widths, growth
+orders, and the exploratory claims kept out of the tally."""
+from __future__ import annotations
+
+import pytest
+
+from sepbench.claims import select
+from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine,
+                                      evaluate_runs, evaluate_series)
+from sepbench.claims.learning import trend
+from sepbench.claims.report import tally
+from sepbench.store import Store
+from sepbench.train.result import EvalPoint, RunResult
+
+EVAL = {"train.eval_samples": 1000}
+
+
+def _run(cfg, points, status="completed"):
+    """A stored run with its curve: ``points`` are (step, accuracy, loss)."""
+    curve = [EvalPoint(step=s, accuracy=a, loss=l, seconds=0.0) for s, a, l in points]
+    final = {"accuracy": points[-1][1]} if status in ("completed", "solved") else {}
+    return RunResult(config=cfg, config_hash=cfg.config_hash(), status=status, metrics=final, curve=curve,
+                     steps=points[-1][0], wall_seconds=1.0)
+
+
+def _evaluate(tmp_path, claim_id, make_run):
+    (claim,) = select(None, claim_id)
+    configs = claim.configs("quick", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        store.put(make_run(cfg))
+    return claim, evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+
+
+STEPS = [250, 500, 750, 1000, 1250, 1500]
+RISING = [(s, 0.3 + 0.1 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
+FLAT = [(s, 0.8, 0.45) for s in STEPS]
+NOISY_FLAT = [(s, 0.8 + (0.05 if i % 2 else -0.05), 0.45 + (0.03 if i % 2 else -0.03)) for i, s in enumerate(STEPS)]
+
+
+def test_trend_on_stored_curves(tmp_path):
+    (claim,) = select(None, "dyck-depth")
+    cfg = claim.configs("quick", EVAL)[0]
+    rising = trend(_run(cfg, RISING))
+    assert rising.learning and rising.slope == pytest.approx(0.1 / 250)
+    assert rising.steps_to(0.95) == pytest.approx(1500 + 0.15 / (0.1 / 250))
+    assert not trend(_run(cfg, FLAT)).learning
+    assert not trend(_run(cfg, NOISY_FLAT)).learning
+    assert trend(_run(cfg, RISING, status="diverged")) is None
+    assert trend(_run(cfg, RISING[:2])) is None  # too few evaluations to tell
+
+
+@pytest.mark.parametrize("curve, verdict", [(RISING, INCONCLUSIVE), (FLAT, NOT_REPRODUCED),
+                                            (NOISY_FLAT, NOT_REPRODUCED), ("diverged", INCONCLUSIVE)])
+def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve, verdict):
+    def make(cfg):
+        if cfg.model.name == "lstm":
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.layers == 1:
+            return _run(cfg, [(s, 0.5, 0.69) for s in STEPS])
+        return _run(cfg, RISING, status="diverged") if curve == "diverged" else _run(cfg, curve)
+
+    claim, (deep, shallow) = _evaluate(tmp_path, "dyck-depth", make)
+    assert shallow.verdict == REPRODUCED
+    assert deep.verdict == verdict, deep.reasons
+    label = ClaimVerdict(claim, "quick", combine([deep.verdict, shallow.verdict]), [deep, shallow]).label
+    if curve is RISING:
+        assert label == "inconclusive: still learning at 1500 steps"
+        assert any("0.95 needs ~1,875 steps" in r for r in deep.reasons), deep.reasons
+    if curve == "diverged":
+        assert any("diverged" in r for r in deep.reasons) and label == INCONCLUSIVE
+
+
+def _rate_runs(fast_step: int, lstm_learns: bool, slow_lr_fails: bool = False):
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            if slow_lr_fails and cfg.train.lr == 0.005:
+                return _run(cfg, [(s, 0.5, 0.7) for s in range(250, 2750, 250)])
+            return _run(cfg, [(s, 0.5, 0.7) for s in range(250, fast_step, 250)] + [(fast_step, 0.99, 0.01)],
+                        status="solved")
+        if cfg.model.name == "lstm" and lstm_learns:
+            return _run(cfg, [(s, 0.1, 3.0) for s in range(250, 2000, 250)] + [(2000, 0.97, 0.1)], status="solved")
+        return _run(cfg, [(s, 0.1, 3.0) for s in range(250, 2750, 250)])
+    return make
+
+
+def test_rate_claim_reads_the_recurrent_curves_at_k_times_the_transformers_steps(tmp_path):
+    _, (level, rate) = _evaluate(tmp_path / "a", "il-tf-vs-recurrent", _rate_runs(250, lstm_learns=False))
+    assert (level.verdict, rate.verdict) == (REPRODUCED, REPRODUCED), rate.reasons
+    assert "T = 250 steps" in rate.evidence[0] and "10 x T = 2500 steps" in rate.evidence[0]
+    _, (_, rate) = _evaluate(tmp_path / "b", "il-tf-vs-recurrent", _rate_runs(250, lstm_learns=True))
+    assert rate.verdict == NOT_REPRODUCED and "lstm-(1, 64)" in rate.evidence[0]
+    _, (_, rate) = _evaluate(tmp_path / "c", "il-tf-vs-recurrent", _rate_runs(500, lstm_learns=False))
+    assert rate.verdict == INCONCLUSIVE
+    assert any("stopped at 2500 steps, before 10 x T = 5000" in r for r in rate.reasons), rate.reasons
+    _, (level, _) = _evaluate(tmp_path / "d", "il-tf-vs-recurrent", _rate_runs(250, False, slow_lr_fails=True))
+    assert level.verdict == NOT_REPRODUCED and "2th best of 2 lr" in level.evidence[0]
+
+
+def test_log_growth_of_a_constructions_width():
+    (claim,) = select(None, "construct-index-lookup")
+    accuracy = {64: [1.0] * 3, 1024: [1.0] * 3}
+    exact, logarithmic = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
+                                                                                                 1024: [70.0] * 3}})
+    assert (exact.verdict, logarithmic.verdict) == (REPRODUCED, REPRODUCED)
+    _, linear = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
+                                                                                      1024: [400.0] * 3}})
+    assert linear.verdict == NOT_REPRODUCED and "x6.00" in linear.evidence[-1]
+
+
+@pytest.mark.parametrize("lis_large, verdict", [(96, REPRODUCED), (64, NOT_REPRODUCED)])
+def test_growth_order_compares_growth_factors_across_tasks(tmp_path, lis_large, verdict):
+    need = {("edit_distance", 4): 64, ("edit_distance", 6): 64, ("lis", 6): 64, ("lis", 14): lis_large}
+
+    def make(cfg):
+        solved = cfg.model.width >= need.get((cfg.task.name, cfg.task.length), 999)
+        return _run(cfg, [(2000, 0.95 if solved else 0.3, 0.5)], status="solved" if solved else "completed")
+
+    _, (order,) = _evaluate(tmp_path, "yang-locality-order", make)
+    assert order.verdict == verdict, order.evidence + order.reasons
+
+
+def test_exploratory_claims_stay_out_of_the_tally():
+    r1, learned = select(None, ["deng-learned", "deng-r1"])  # catalogue order
+    verdicts = [ClaimVerdict(learned, "quick", NOT_REPRODUCED, []), ClaimVerdict(r1, "quick", REPRODUCED, [])]
+    assert learned.exploratory and not r1.exploratory
+    assert tally(verdicts) == "1 reproduced, 0 not reproduced, 0 inconclusive; 1 exploratory (not the paper's claims)"
+
+
+@pytest.mark.parametrize("ed_at_64, verdict", [(FLAT, REPRODUCED), (RISING, INCONCLUSIVE)])
+def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdict):
+    def make(cfg):
+        if cfg.model.width == 96 or (cfg.task.name == "ed_local" and cfg.model.width == 64):
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.95, 0.1)], status="solved")
+        if cfg.task.name == "edit_distance" and cfg.model.width == 64:
+            return _run(cfg, ed_at_64)
+        return _run(cfg, [(s, 0.2, 2.0) for s in STEPS])
+
+    _, (linear, _) = _evaluate(tmp_path, "yang-ed-local", make)
+    assert linear.verdict == verdict, linear.evidence + linear.reasons
+    if verdict == INCONCLUSIVE:
+        assert any("width 64: still learning at 1500 steps" in r for r in linear.reasons), linear.reasons
+
+
+def test_a_diverged_learning_rate_beside_one_that_trained_is_a_losing_one(tmp_path):
+    def make(cfg):
+        if cfg.model.name == "lstm" or (cfg.model.layers == 2 and cfg.train.lr == 0.001):
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.layers == 2:
+            return _run(cfg, RISING, status="diverged")
+        return _run(cfg, [(s, 0.5, 0.69) for s in STEPS])
+
+    _, (deep, _) = _evaluate(tmp_path, "dyck-depth", make)
+    assert deep.verdict == REPRODUCED and "lr 0.001" in deep.evidence[0], deep.reasons
