@@ -47,7 +47,7 @@ def measure(quick: bool) -> list[Ratio]:
             trainer = Trainer(config, Keeping(Path(folder)))
             result = trainer.run(progress=False)
             saved_in_run = len(spent["saves"])
-            file = checkpoint.Checkpoint(folder, config, "trainer")
+            file = checkpoint.Checkpoint(folder, config, checkpoint.SOLO)
             while len(spent["saves"]) < 3:
                 start = time.perf_counter()
                 file.save(checkpoint.trainer_state(trainer), result.steps, result.wall_seconds)
