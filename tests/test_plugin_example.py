@@ -11,7 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from sepbench.claims import select
+from sepbench.claims.placement import added_model_configs
 from sepbench.cli import app
+from sepbench.config import parse_assignments
 from sepbench.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,8 +58,12 @@ def test_by_import_path_checked_swept_on_two_workers_and_placed(tmp_path, monkey
 
     placed = runner.invoke(app, ["reproduce", "--claim", "il-tf-vs-recurrent", "--with-model", MIXER, *TINY])
     assert placed.exit_code == 0, placed.output
-    assert "12 runs of" in placed.stdout and f"{MIXER}-(1, 64)" in placed.stdout
-    assert "36 runs of the catalogue's models for il-tf-vs-recurrent are not in the store" in placed.stderr
+    (claim,) = select(None, ["il-tf-vs-recurrent"])
+    overrides = parse_assignments(TINY[1::2])
+    added = len(added_model_configs(claim, "quick", MIXER, overrides))
+    catalogue = len({c.config_hash() for spec in claim.sweep_specs("quick", overrides) for c in spec.expand()})
+    assert f"{added} runs of" in placed.stdout and f"{MIXER}-(1, 64)" in placed.stdout
+    assert f"{catalogue} runs of the catalogue's models for il-tf-vs-recurrent are not in the store" in placed.stderr
 
 
 def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
