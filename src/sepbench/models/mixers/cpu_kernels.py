@@ -112,6 +112,20 @@ def _load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.C
     return library
 
 
+def choose_path(option: str, choice: str, kernel: str, fallback: str, device: torch.device,
+                library: Callable[[], ctypes.CDLL | None], source: Path, others: str) -> str:
+    """What a mixer's ``option`` set to ``choice`` trains with on ``device``: for ``auto``, ``kernel`` (compiled
+    from ``source`` by ``library``) on CPU where it builds, else ``fallback``; an explicit ``kernel`` where it
+    cannot run fails with one line naming the ``others`` allowed."""
+    available = device.type == "cpu" and library() is not None
+    if choice == kernel and not available:
+        raise RuntimeError(f"{option} '{kernel}' needs a CPU device and a C++ compiler that builds {source.name}; "
+                           f"allowed elsewhere: {others}")
+    if choice == "auto":
+        return kernel if available else fallback
+    return choice
+
+
 def over_batch(kernel: Callable[..., None], tensors: list[torch.Tensor | None], sizes: list[int], batch: int) -> None:
     """``kernel(*pointers, b0, b1, *sizes)`` over slices of the batch, one per intra-op thread (ctypes releases
     the GIL while a kernel runs); every batch row's numbers are the same whatever the slicing."""

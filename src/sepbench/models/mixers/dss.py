@@ -12,7 +12,8 @@ from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
-from sepbench.models.mixers.dss_cpu import diagonal_recurrence, kernel_library
+from sepbench.models.mixers.cpu_kernels import choose_path
+from sepbench.models.mixers.dss_cpu import SOURCE, diagonal_recurrence, kernel_library
 from sepbench.models.registry import MODELS
 
 
@@ -114,13 +115,8 @@ class DiagonalSSM(Mixer):
 
     def conv_path(self, device: torch.device) -> str:
         """The convolution that trains on ``device``: recurrent (compiled CPU kernel) or fft."""
-        choice = self.options.conv
-        if choice == "recurrent" and (device.type != "cpu" or kernel_library() is None):
-            raise RuntimeError("dss conv 'recurrent' needs a CPU device and a C++ compiler that builds dss_cpu.cpp; "
-                               "allowed elsewhere: auto, fft")
-        if choice == "auto":
-            return "recurrent" if device.type == "cpu" and kernel_library() is not None else "fft"
-        return choice
+        return choose_path("dss conv", self.options.conv, "recurrent", "fft", device, kernel_library, SOURCE,
+                           "auto, fft")
 
     def compute_paths(self, device: torch.device) -> dict[str, str]:
         return {"conv": self.conv_path(device)}

@@ -13,7 +13,8 @@ from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
-from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
+from sepbench.models.mixers.cpu_kernels import choose_path
+from sepbench.models.mixers.mamba_cpu import SOURCE, fused_causal_conv, fused_selective_scan, kernel_library
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.registry import MODELS
 
@@ -114,13 +115,8 @@ class MambaBlock(Mixer):
         """The scan that trains on ``device``: mamba_ssm (CUDA kernel), fused (CPU kernel), chunked or reference."""
         if device.type == "cuda" and self.options.kernel and _cuda_kernel() is not None:
             return "mamba_ssm"
-        choice = self.options.scan
-        if choice == "fused" and (device.type != "cpu" or kernel_library() is None):
-            raise RuntimeError("mamba scan 'fused' needs a CPU device and a C++ compiler that builds "
-                               "mamba_cpu.cpp; allowed elsewhere: auto, chunked, reference")
-        if choice == "auto":
-            return "fused" if device.type == "cpu" and kernel_library() is not None else "chunked"
-        return choice
+        return choose_path("mamba scan", self.options.scan, "fused", "chunked", device, kernel_library, SOURCE,
+                           "auto, chunked, reference")
 
     def compute_paths(self, device: torch.device) -> dict[str, str]:
         return {"scan": self.scan_path(device)}
