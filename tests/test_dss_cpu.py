@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sepbench.config import ModelConfig
+from sepbench.config import ConfigError, ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers import cpu_kernels
+from sepbench.models.mixers.dss import fft_length
 from sepbench.models.mixers.dss_cpu import diagonal_recurrence, kernel_library
 
 if cpu_kernels.compiler() is None:
@@ -17,13 +18,14 @@ def test_the_kernel_builds():
     assert kernel_library() is not None
 
 
-@pytest.mark.parametrize("length", [1, 2, 16, 17, 40])
-def test_recurrence_passes_gradcheck(length):
+@pytest.mark.parametrize("length,width", [(1, 3), (2, 3), (16, 3), (17, 3), (40, 3), (5, 40), (3, 70)])
+def test_recurrence_passes_gradcheck(length, width):
+    """Widths below, between and above multiples of the kernel's 32-channel block."""
     g = torch.Generator().manual_seed(length)
-    u = torch.randn(2, length, 3, generator=g, dtype=torch.float64)
-    magnitude = 0.5 + 0.45 * torch.rand(3, 4, generator=g, dtype=torch.float64)
-    angle = torch.rand(3, 4, generator=g, dtype=torch.float64)
-    parts = (u, magnitude * angle.cos(), magnitude * angle.sin(), *torch.randn(2, 3, 4, generator=g, dtype=torch.float64))
+    u = torch.randn(2, length, width, generator=g, dtype=torch.float64)
+    magnitude = 0.5 + 0.45 * torch.rand(width, 4, generator=g, dtype=torch.float64)
+    angle = torch.rand(width, 4, generator=g, dtype=torch.float64)
+    parts = (u, magnitude * angle.cos(), magnitude * angle.sin(), *torch.randn(2, width, 4, generator=g, dtype=torch.float64))
     parts = tuple(p.requires_grad_() for p in parts)
     assert torch.autograd.gradcheck(lambda u, dr, di, cr, ci: diagonal_recurrence(u, torch.complex(dr, di), torch.complex(cr, ci)), parts)
 
@@ -58,7 +60,11 @@ def test_recurrent_conv_without_a_compiler_is_refused_and_auto_falls_back(monkey
         assert auto.compute_paths(torch.device("cpu")) == {"conv": "fft"}
         auto(torch.zeros(1, 4, dtype=torch.long)).sum().backward()
         forced = build_model(ModelConfig(name="dss", layers=1, width=8, options={"conv": "recurrent"}), 5, 10)
-        with pytest.raises(RuntimeError, match="allowed elsewhere: auto, fft"):
+        with pytest.raises(ConfigError, match="allowed elsewhere: auto, fft"):
             forced(torch.zeros(1, 4, dtype=torch.long))
     finally:
         cpu_kernels._load.cache_clear()
+
+
+def test_fft_lengths_are_5_smooth_and_long_enough():
+    assert [fft_length(n) for n in (-1, 0, 1, 7, 17, 203, 803)] == [1, 1, 1, 8, 18, 216, 810]

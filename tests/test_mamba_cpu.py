@@ -6,8 +6,10 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
+from typer.testing import CliRunner
 
-from sepbench.config import ModelConfig, RunConfig
+from sepbench.cli import app
+from sepbench.config import ConfigError, ModelConfig, RunConfig
 from sepbench.models import build_model
 from sepbench.models.mixers import cpu_kernels, mamba_cpu
 from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
@@ -150,7 +152,7 @@ def test_without_a_compiler_mamba_falls_back_to_the_chunked_scan_logged_once(mon
             model(torch.zeros(2, 6, dtype=torch.long)).sum().backward()
         assert len(caplog.records) == 1 and "no C++ compiler" in caplog.records[0].message
         fused = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"scan": "fused"}), 5, 10)
-        with pytest.raises(RuntimeError, match="allowed elsewhere: auto, chunked, reference"):
+        with pytest.raises(ConfigError, match="allowed elsewhere: auto, chunked, reference"):
             fused(torch.zeros(1, 3, dtype=torch.long))
     finally:
         cpu_kernels._load.cache_clear()
@@ -193,3 +195,26 @@ def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
 def test_transformer_runs_record_no_compute_path():
     model = build_model(ModelConfig(name="transformer", layers=1, width=8), 5, 10)
     assert model.compute_paths(torch.device("cpu")) == {}
+
+
+def test_the_kernels_refuse_inputs_they_cannot_read():
+    delta, a, u, b, c = (x.detach() for x in scan_inputs(2, 5, 3))
+    with pytest.raises(ValueError, match="one dtype, float32 or float64; got .*A torch.float64"):
+        fused_selective_scan(delta, a.double(), u, b, c)
+    with pytest.raises(ValueError, match="one dtype"):
+        fused_selective_scan(*(x.bfloat16() for x in (delta, a, u, b, c)))
+    with pytest.raises(ValueError, match="skip D only with the gate z"):
+        fused_selective_scan(delta, a, u, b, c, torch.ones(3))
+    conv = torch.nn.Conv1d(3, 3, 4, groups=3, padding=3)
+    with pytest.raises(ValueError, match="causal convolution takes CPU tensors of one dtype"):
+        fused_causal_conv(u.double(), conv.weight, conv.bias)
+
+
+def test_a_kernel_asked_for_where_it_cannot_run_is_one_line_and_exit_2(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEPBENCH_CPU_KERNELS", "0")
+    result = CliRunner().invoke(app, ["run", "--task", "index_lookup", "--model", "mamba", "--length", "20",
+                                      "--steps", "5", "--store", str(tmp_path / "s.db"),
+                                      "--set", "model.options.scan=fused"])
+    assert result.exit_code == 2
+    assert "mamba scan 'fused' needs a CPU device" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "s.db").exists()

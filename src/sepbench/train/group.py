@@ -182,7 +182,7 @@ class _Member:
         self.result = RunResult(
             config=config, config_hash=config.config_hash(), status="completed",
             parameters=count_parameters(self.trainer.model), device=str(self.trainer.device),
-            compute_paths=self.trainer.model.compute_paths(self.trainer.device),
+            compute_paths=self.trainer.compute_paths,
             version=package_version(), code_version=code_version(), git_commit=git_commit(),
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.assessment: Assessment | None = None

@@ -167,6 +167,7 @@ class Trainer:
         self.lengths = [config.task.length] + [n for n in config.task.eval_lengths or [] if n != config.task.length]
         max_len = max(self.task.max_seq_len(n) for n in self.lengths)
         self.model = build_model(config.model, self.task.vocab_size, max_len).to(self.device)
+        self.compute_paths = self.model.compute_paths(self.device)  # an implementation that cannot run fails here
         self.optimizer = make_optimizer(self.model, config.train)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, config.train))
         self.train_rng = data_rng(config.seed, TRAIN_STREAM)
@@ -243,7 +244,7 @@ class Trainer:
                 status="completed",
                 parameters=count_parameters(self.model),
                 device=str(self.device),
-                compute_paths=self.model.compute_paths(self.device),
+                compute_paths=self.compute_paths,
                 version=package_version(),
                 code_version=code_version(),
                 git_commit=git_commit(),

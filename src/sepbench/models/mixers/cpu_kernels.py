@@ -23,6 +23,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from sepbench.config import ConfigError
+
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17"]
 DTYPE_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -119,11 +121,21 @@ def choose_path(option: str, choice: str, kernel: str, fallback: str, device: to
     cannot run fails with one line naming the ``others`` allowed."""
     available = device.type == "cpu" and library() is not None
     if choice == kernel and not available:
-        raise RuntimeError(f"{option} '{kernel}' needs a CPU device and a C++ compiler that builds {source.name}; "
+        raise ConfigError(f"{option} '{kernel}' needs a CPU device and a C++ compiler that builds {source.name}; "
                            f"allowed elsewhere: {others}")
     if choice == "auto":
         return kernel if available else fallback
     return choice
+
+
+def check_inputs(kernel: str, tensors: dict[str, torch.Tensor | None]) -> None:
+    """One clear error unless every given tensor is on the CPU in one dtype the kernels are built for."""
+    given = {name: t for name, t in tensors.items() if t is not None}
+    dtypes = {t.dtype for t in given.values()}
+    devices = {t.device.type for t in given.values()}
+    if devices != {"cpu"} or len(dtypes) != 1 or not dtypes <= DTYPE_SUFFIX.keys():
+        found = ", ".join(f"{name} {t.dtype} on {t.device}" for name, t in given.items())
+        raise ValueError(f"{kernel} takes CPU tensors of one dtype, float32 or float64; got {found}")
 
 
 def over_batch(kernel: Callable[..., None], tensors: list[torch.Tensor | None], sizes: list[int], batch: int) -> None:

@@ -29,6 +29,7 @@ class DSSOptions(StrictModel):
 def fft_length(n: int) -> int:
     """The smallest length >= n with no prime factor above 5: pocketfft's fast sizes (2T = 204 took 1.7x as
     long as 216 for a DSS layer's transforms at T = 102)."""
+    n = max(n, 1)
     while True:
         m = n
         for p in (2, 3, 5):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from sepbench.models.mixers.cpu_kernels import DTYPE_SUFFIX, load, over_batch
+from sepbench.models.mixers.cpu_kernels import DTYPE_SUFFIX, check_inputs, load, over_batch
 
 SOURCE = Path(__file__).with_name("dss_cpu.cpp")
 ARGUMENTS = (("dss_block", 0, 0), ("dss_forward", 6, 5), ("dss_backward", 11, 5))
@@ -32,6 +32,8 @@ class DiagonalRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, u: torch.Tensor, decay_re: torch.Tensor, decay_im: torch.Tensor,
                 cb_re: torch.Tensor, cb_im: torch.Tensor) -> torch.Tensor:
+        check_inputs("the DSS recurrence", {"u": u, "decay.real": decay_re, "decay.imag": decay_im,
+                                            "cb.real": cb_re, "cb.imag": cb_im})
         library = kernel_library()
         block = library.dss_block()
         batch, length, width = u.shape

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from sepbench.models.mixers.cpu_kernels import DTYPE_SUFFIX, load, over_batch
+from sepbench.models.mixers.cpu_kernels import DTYPE_SUFFIX, check_inputs, load, over_batch
 
 SOURCE = Path(__file__).with_name("mamba_cpu.cpp")
 ARGUMENTS = (("scan_forward", 10, 6), ("scan_backward", 17, 6), ("conv_forward", 4, 5), ("conv_backward", 7, 5))
@@ -37,6 +37,9 @@ class FusedSelectiveScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, delta: torch.Tensor, a: torch.Tensor, u: torch.Tensor, b: torch.Tensor,
                 c: torch.Tensor, skip: torch.Tensor | None, z: torch.Tensor | None) -> torch.Tensor:
+        check_inputs("the fused selective scan", {"delta": delta, "A": a, "u": u, "B": b, "C": c, "D": skip, "z": z})
+        if skip is not None and z is None:
+            raise ValueError("the fused selective scan takes the skip D only with the gate z (Mamba's block)")
         delta, u, b, c = (v.contiguous() for v in (delta, u, b, c))
         skip, z = (None if v is None else v.contiguous() for v in (skip, z))
         a = a.t().contiguous()  # [N, E]: the kernel's loops run over channels
@@ -72,6 +75,7 @@ class FusedCausalConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        check_inputs("the fused causal convolution", {"x": x, "weight": weight, "bias": bias})
         x = x.contiguous()
         w = weight.squeeze(1).t().contiguous()  # [K, E]
         bias = bias.contiguous()
