@@ -270,7 +270,7 @@ def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options
         [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder, ready=four,
         signum=signal.SIGINT)
     assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
-    assert seconds < 5, f"took {seconds:.1f} s to stop"
+    assert seconds < 30, f"took {seconds:.1f} s to stop"  # about 2 s alone; generous for a loaded machine
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stderr.split())
     configs = SweepSpec.from_yaml(spec_file).expand()
     stored = {c.config_hash() for c in configs if Store(path).has(c.config_hash())}

@@ -93,3 +93,25 @@ def test_each_member_of_a_stacked_group_shows_its_curve(tmp_path):
         {r.result.config_hash: [p.step for p in r.result.curve] for r in store.running()}))
     every = {c.config_hash(): [20, 40, 60] for c in configs}
     assert seen == [every, every]  # nothing stores them here, so both stay listed
+
+
+def test_a_resumed_run_replaces_the_points_its_killed_run_logged_after_the_checkpoint(tmp_path):
+    """A run killed after logging steps 20 and 40 but checkpointed at 20 logs 40 and 60 again on resume: the
+    event files then hold each step once, with the resumed run's values."""
+    pytest.importorskip("tensorboard")
+    from sepbench.train.result import EvalPoint, RunResult
+    from sepbench.train.watch import Watch
+
+    cfg = config(tensorboard=str(tmp_path / "tb"))
+    result = RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed")
+    killed = Watch(cfg, None)
+    for step, accuracy in ((20, 0.1), (40, 0.2)):
+        killed.point(result, EvalPoint(step=step, loss=1.0, accuracy=accuracy, seconds=1.0), 1e-3)
+    killed.close()
+    resumed = Watch(cfg, None)
+    for step, accuracy in ((40, 0.5), (60, 0.6)):
+        resumed.point(result, EvalPoint(step=step, loss=1.0, accuracy=accuracy, seconds=1.0), 1e-3)
+    resumed.close()
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert scalars(folder)["eval/accuracy"] == [(20, pytest.approx(0.1)), (40, pytest.approx(0.5)),
+                                               (60, pytest.approx(0.6))]

@@ -25,13 +25,18 @@ def run_name(config: RunConfig) -> str:
             f"_lr{config.train.lr:g}_{config.cell_hash()}_seed{config.seed}")
 
 
-def summary_writer(folder: Path) -> Any:
+def require_tensorboard() -> None:
     from sepbench.extras import require
 
     require("tensorboard", "tensorboard", "train.tensorboard (--tensorboard)")
+
+
+def summary_writer(folder: Path, purge_step: int | None = None) -> Any:
+    """A writer into ``folder``; ``purge_step``: events a killed run logged at or after it are dropped."""
+    require_tensorboard()
     from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(str(folder))
+    return SummaryWriter(str(folder), purge_step=purge_step)
 
 
 class Watch:
@@ -39,13 +44,18 @@ class Watch:
 
     def __init__(self, config: RunConfig, store: Path | None) -> None:
         folder = tensorboard_folder(config)
-        self.writer = summary_writer(folder / run_name(config)) if folder is not None else None
+        self.folder = folder / run_name(config) if folder is not None else None
+        if self.folder is not None:
+            require_tensorboard()
+        self.writer: Any = None
         self.store = store
         self.last: tuple[int, float] | None = None
 
     def point(self, result: RunResult, point: EvalPoint, lr: float) -> None:
         """Record ``point``, the newest of ``result``'s curve, taken at learning rate ``lr``."""
-        if self.writer is not None:
+        if self.folder is not None:
+            if self.writer is None:  # opened at the first point, so a resumed run replaces what it logged after
+                self.writer = summary_writer(self.folder, purge_step=point.step)
             self._scalars(point, lr)
         if self.store is not None:
             self._show(result)
