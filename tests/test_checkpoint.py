@@ -5,6 +5,7 @@ The tests that kill a command are marked slow for its start-up (importing torch)
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -280,3 +281,30 @@ def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options
     else:
         run_sweep(configs, Store(path), group_size=2)
     assert all(Store(path).get(c.config_hash()).resumed_from for c in configs if c.config_hash() not in stored)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_grouped_sweep_resumes_a_run_that_kept_a_solo_checkpoint(tmp_path, dropout):
+    """A run whose group could not stack (dropout) or that trained in a group of one keeps a solo checkpoint;
+    the next grouped call resumes that run alone from it instead of setting it aside."""
+    model = {**BASE["model"], "dropout": dropout}
+    first, second = (RunConfig.build({**BASE, "seed": seed, "model": model,
+                                      "train": {**BASE["train"], "checkpoint_every": 1e-9, "steps": 60,
+                                                "eval_every": 20}}) for seed in (0, 1))
+    folder = tmp_path / "checkpoints"
+    Trainer(first, Keeping(folder)).train_until(21)
+    results = train_group([first, second], keeping=Keeping(folder))
+    assert results[0].resumed_from == [20] and results[1].resumed_from == []
+    assert not list(folder.glob("*.bad"))
+    assert outcome(results[0]) == outcome(train(first, progress=False))
+
+
+def test_loading_leaves_a_live_writer_s_partial_file_and_removes_a_dead_one_s(tmp_path):
+    cfg = config()
+    file = checkpoint.Checkpoint(tmp_path, cfg, checkpoint.SOLO)
+    live = tmp_path / f".{file.path.name}.{socket.gethostname()}.{os.getpid()}.partial"
+    dead = tmp_path / f".{file.path.name}.{socket.gethostname()}.999999999.partial"
+    for path in (live, dead):
+        path.write_bytes(b"half a checkpoint")
+    assert file.load() is None
+    assert live.exists() and not dead.exists()

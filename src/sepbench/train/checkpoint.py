@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,17 @@ def restore_result(state: dict[str, Any], config: RunConfig) -> RunResult:
     return result
 
 
+def _alive(pid: str) -> bool:
+    """Whether process ``pid`` of this host still runs (a partial file it is writing must stay)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Checkpoint:
     """The checkpoint file of one run, kept in ``folder``."""
 
@@ -97,7 +109,7 @@ class Checkpoint:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": FORMAT, "kind": self.kind, "config_hash": self.config_hash,
                    "code_version": code_version(), "state": {**state, "step": step, "seconds": seconds}}
-        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
+        partial = self.path.with_name(f".{self.path.name}.{socket.gethostname()}.{os.getpid()}.partial")
         try:
             with open(partial, "wb") as handle:
                 torch.save(payload, handle)
@@ -117,8 +129,9 @@ class Checkpoint:
     def load(self, keep_other_kind: bool = False) -> dict[str, Any] | None:
         """The saved state, or None when there is none or it was set aside (with one warning line).
         ``keep_other_kind``: a checkpoint of another kind of run is left in place for that run instead."""
-        for stray in self.path.parent.glob(f".{self.path.name}.*.partial"):  # a writer killed mid-save
-            stray.unlink(missing_ok=True)
+        for stray in self.path.parent.glob(f".{self.path.name}.{socket.gethostname()}.*.partial"):
+            if not _alive(stray.name.rsplit(".", 2)[-2]):  # a writer on this host killed mid-save
+                stray.unlink(missing_ok=True)
         try:
             payload = torch.load(self.path, map_location="cpu", weights_only=True)
         except FileNotFoundError:

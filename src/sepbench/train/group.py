@@ -224,18 +224,28 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
     check_group(configs)
     notify = on_result or (lambda result: None)
     keeping = keeping or Keeping()
+    results: dict[int, RunResult] = {}
+
+    def alone(i: int) -> None:
+        results[i] = Trainer(configs[i], keeping).run(progress=False)
+        notify(results[i])
+
+    if not stackable(configs[0]):
+        for i in range(len(configs)):
+            alone(i)
+        return [results[i] for i in range(len(configs))]
     files = [checkpoint.open_checkpoint(keeping.checkpoints, c, checkpoint.MEMBER) for c in configs]
-    states = [f.load(keep_other_kind=len(configs) == 1) if f is not None else None for f in files]
-    if (len(configs) == 1 and states[0] is None) or not stackable(configs[0]):
-        results = []
-        for config in configs:
-            results.append(Trainer(config, keeping).run(progress=False))
-            notify(results[-1])
-        return results
+    states = [f.load(keep_other_kind=True) if f is not None else None for f in files]
+    # a solo run's checkpoint (from a group of one, or a solo run) is left in place: that run resumes alone
+    solo = [i for i, (f, state) in enumerate(zip(files, states)) if f is not None and state is None and f.path.exists()]
+    if len(configs) == 1 and states[0] is None:
+        solo = [0]
+    for i in solo:
+        alone(i)
     by_step: dict[int, list[int]] = {}
     for i, state in enumerate(states):
-        by_step.setdefault(state["step"] if state is not None else 0, []).append(i)
-    results: dict[int, RunResult] = {}
+        if i not in solo:
+            by_step.setdefault(state["step"] if state is not None else 0, []).append(i)
     for part in by_step.values():
         stack = _GroupRun([configs[i] for i in part], notify, [files[i] for i in part], [states[i] for i in part],
                           keeping)
