@@ -265,7 +265,8 @@ def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
 ], ids=["stacked groups", "halving cells"])
 def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options):
     path, folder = tmp_path / "runs.db", tmp_path / "runs.db.checkpoints"
-    spec_file = write_spec(tmp_path / "spec.yaml", **spec)
+    long_runs = {**BASE, "train": {**BASE["train"], "steps": 1000}}  # the Ctrl-C must land while all four train
+    spec_file = write_spec(tmp_path / "spec.yaml", **{"base": long_runs, **spec})
     four = lambda: len(list(folder.glob("*.pt"))) == 4  # noqa: E731 - every run has saved once
     code, seconds, stderr = kill_after_checkpoint(
         [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder, ready=four,

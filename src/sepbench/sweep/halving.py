@@ -119,6 +119,7 @@ class _Run:
         self.config, self.stored, self.keeping = config, stored, keeping
         self.result: RunResult | None = stored
         self.trainer: Trainer | None = None
+        self.checkpoint: checkpoint.Checkpoint | None = None
         self.finished = stored is not None
 
     def advance(self, step: int) -> None:
@@ -134,9 +135,17 @@ class _Run:
             self.result, self.trainer, self.finished = failed_result(self.config, error), None, True
 
     def _finish(self) -> None:
-        if self.trainer is not None:
-            self.result = self.trainer.finish()
+        if self.trainer is not None:  # saved as it stopped, kept until the result is stored (``stored_now``)
+            checkpoint.save_trainer(self.trainer)
+            self.result = self.trainer.finish(delete_checkpoint=False)
+            self.checkpoint = self.trainer.checkpoint
         self.trainer, self.finished = None, True
+
+    def stored_now(self) -> None:
+        """The result is in the store: the checkpoint that could rebuild it goes."""
+        if self.checkpoint is not None:
+            self.checkpoint.delete()
+            self.checkpoint = None
 
     def close(self, pruned: bool) -> RunResult | None:
         """The result to store now, ``pruned`` if cut (a diverged or failed run keeps its status); None if stored."""
@@ -187,6 +196,7 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
             result = run.close(pruned)
             if result is not None:
                 store.put(result)
+                run.stored_now()
                 outcome.results.append(result)
                 outcome.steps += result.steps - (result.resumed_from[-1] if result.resumed_from else 0)
                 if on_result is not None:

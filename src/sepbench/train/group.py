@@ -309,11 +309,11 @@ class _GroupRun:
         member = self.members[member_index]
         member.load(self.names, self.params, position)
         self.finished[member_index] = result = member.finish(start)
-        if self.files[member_index] is not None:
-            self.files[member_index].delete()
         if self.watches[member_index] is not None:
             self.watches[member_index].close()
-        self.notify(result)
+        self.notify(result)  # stores it, where a sweep called: only then does its checkpoint go
+        if self.files[member_index] is not None:
+            self.files[member_index].delete()
 
     def _drop(self, positions: list[int], start: float) -> None:
         for position in positions:

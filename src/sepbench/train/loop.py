@@ -310,14 +310,15 @@ class Trainer:
         result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
         result.state_floats = stored_state_size(self.model, self.task.max_seq_len())
 
-    def finish(self) -> RunResult:
-        """The result of what was trained so far: status, final metrics, state size and training seconds."""
+    def finish(self, delete_checkpoint: bool = True) -> RunResult:
+        """The result of what was trained so far: status, final metrics, state size and training seconds.
+        ``delete_checkpoint=False``: the caller deletes it once the result is stored (``self.checkpoint``)."""
         result = self._begin()
         start = time.perf_counter()
         self.settle(result, self._assessment)
         self._seconds += time.perf_counter() - start
         result.wall_seconds = self._seconds
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and delete_checkpoint:
             self.checkpoint.delete()
         if self.watch is not None:
             self.watch.close()
