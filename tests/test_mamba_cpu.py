@@ -82,6 +82,37 @@ def test_gated_scan_passes_gradcheck_and_matches_the_block_formula():
     torch.testing.assert_close(fused_selective_scan(delta, a, u, b, c, skip, z), expected)
 
 
+@pytest.mark.parametrize("length,batch,inner", [(1, 1, 1), (7, 64, 128), (100, 64, 128), (401, 1, 128)])
+def test_scan_forming_delta_by_softplus_matches_the_reference_in_float32(length, batch, inner):
+    delta, a, u, b, c = scan_inputs(batch, length, inner, seed=length)
+    g = torch.Generator().manual_seed(2)
+    pre = (4 * torch.randn(batch, length, inner, generator=g)).requires_grad_()  # both sides of softplus' bend
+    bias, skip = (torch.randn(inner, generator=g).requires_grad_() for _ in range(2))
+    z = torch.randn(batch, length, inner, generator=g).requires_grad_()
+    inputs = (pre, a, u, b, c, skip, z, bias)
+    fused = fused_selective_scan(pre, a, u, b, c, skip, z, bias, delta_softplus=True)
+    formed = F.softplus(pre + bias)
+    reference = (selective_scan_reference(formed, a, u, b, c) + skip * u) * F.silu(z)
+    assert relative_error(fused, reference) < 1e-5
+    grad = torch.randn(batch, length, inner, generator=g)
+    names = ("delta", "A", "u", "B", "C", "D", "z", "delta_bias")
+    for name, g_fused, g_reference in zip(names, torch.autograd.grad(fused, inputs, grad),
+                                          torch.autograd.grad(reference, inputs, grad)):
+        if length == 1 and name == "A":
+            continue
+        assert relative_error(g_fused, g_reference) < 1e-5, name
+
+
+@pytest.mark.parametrize("softplus", [True, False])
+def test_scan_forming_delta_passes_gradcheck(softplus):
+    _, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
+    pre, bias = (torch.randn(*shape, dtype=torch.float64).requires_grad_() for shape in ((2, 19, 3), (3,)))
+    skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()
+    scan = lambda *x: fused_selective_scan(*x, delta_softplus=softplus)  # noqa: E731
+    assert torch.autograd.gradcheck(scan, (pre.abs() if not softplus else pre, a, u, b, c, skip, z, bias))
+    assert torch.autograd.gradcheck(scan, (pre.detach().abs().requires_grad_(), a, u, b, c, None, None, None))
+
+
 def test_fused_conv_matches_torch_and_passes_gradcheck():
     conv = torch.nn.Conv1d(5, 5, 4, groups=5, padding=3).double()
     x = torch.randn(3, 11, 5, dtype=torch.float64, requires_grad=True)

@@ -84,12 +84,14 @@ class MambaBlock(Mixer):
             dt = torch.exp(torch.rand(self.inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
             self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def _ssm_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Delta [..., E], B [..., N], C [..., N] from the convolved inner activations (the selection, sec. 3.2)."""
+    def _ssm_inputs(self, u: torch.Tensor, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Delta [..., E], B [..., N], C [..., N] from the convolved inner activations (the selection, sec. 3.2);
+        ``fused``: Delta before its bias and softplus, which the fused scan applies."""
         dt, b, c = self.x_proj(u).split([self.dt_rank, self.state_size, self.state_size], dim=-1)
         # dt_proj through a contiguous copy of its transposed weight: autograd then forms the weight's gradient as
         # dt^T @ grad [R, E], a product CPU GEMMs run ~8x faster than F.linear's grad^T @ dt [E, R] (R = 4 at width 64)
-        return F.softplus(dt @ self.dt_proj.weight.t().contiguous() + self.dt_proj.bias), b, c
+        delta = dt @ self.dt_proj.weight.t().contiguous()
+        return (delta if fused else F.softplus(delta + self.dt_proj.bias)), b, c
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
@@ -97,8 +99,9 @@ class MambaBlock(Mixer):
         path = self.scan_path(x.device)
         if path == "fused":
             u = fused_causal_conv(u, self.conv.weight, self.conv.bias)
-            delta, b, c = self._ssm_inputs(u)
-            return self.out_proj(fused_selective_scan(delta, -self.a_log.exp(), u, b, c, self.skip, z))
+            delta, b, c = self._ssm_inputs(u, fused=True)
+            return self.out_proj(fused_selective_scan(delta, -self.a_log.exp(), u, b, c, self.skip, z,
+                                                      self.dt_proj.bias, delta_softplus=True))
         u = F.silu(self.conv(u.transpose(1, 2))[..., :length].transpose(1, 2))  # [B, T, E]
         delta, b, c = self._ssm_inputs(u)
         a = -self.a_log.exp()

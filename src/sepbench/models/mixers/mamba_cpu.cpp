@@ -21,6 +21,10 @@ template <> struct ExpConstants<float> {
     static constexpr float ln2_lo = -2.12194440e-4f;
     static constexpr float round = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer held in the low bits
     static constexpr int terms = 7;
+    static constexpr int terms2 = 6;
+    static constexpr int atanh_terms = 7;  // log1p(y) = 2 atanh(s), s = y / (2 + y) <= 1/3: (1/9)^7 / 15 = 1.4e-8  // 2^r on |r| <= 1/2: truncation (ln 2 / 2)^7 / 7! = 1.2e-7
+    static constexpr float lowest2 = -126.0f;  // the smallest normal power of two
+    static constexpr float highest2 = 127.0f;
     static constexpr int mantissa = 23;
     static constexpr int bias = 127;
     using Bits = int32_t;
@@ -33,12 +37,17 @@ template <> struct ExpConstants<double> {
     static constexpr double ln2_lo = 1.90821492927058770002e-10;
     static constexpr double round = 6755399441055744.0;  // 1.5 * 2^52
     static constexpr int terms = 13;
+    static constexpr int terms2 = 12;
+    static constexpr int atanh_terms = 17;
+    static constexpr double lowest2 = -1022.0;
+    static constexpr double highest2 = 1023.0;
     static constexpr int mantissa = 52;
     static constexpr int bias = 1023;
     using Bits = int64_t;
 };
 
 constexpr double inverse_factorial(int i) { return i <= 1 ? 1.0 : inverse_factorial(i - 1) / i; }
+constexpr double ln2_power_over_factorial(int i) { return i == 0 ? 1.0 : ln2_power_over_factorial(i - 1) * 0.6931471805599453 / i; }
 
 // exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by its Taylor polynomial (truncation 5e-9
 // in float, 4e-18 in double, so the result is within float round-off, ~1e-7 relative in float32). No calls,
@@ -59,23 +68,81 @@ template <typename T> inline T vexp(T x) {
     return x < K::lowest ? T(0) : p * __builtin_bit_cast(T, bits);
 }
 
+// 2^x = 2^k 2^r, k = round(x), r = x - k exact, 2^r by the Taylor polynomial of exp(r ln 2); below 2^lowest2 the
+// result stays at the smallest normal power (where a decay that small multiplies a state, the difference is far
+// below round-off). Fewer operations than vexp (no Cody-Waite reduction, no flush to zero): the scan's decays
+// exp(Delta A) are 2^(Delta A log2 e) with A log2 e formed once a call.
+template <typename T> inline T vexp2(T x) {
+    using K = ExpConstants<T>;
+    using Bits = typename K::Bits;
+    const T clamped = x < K::lowest2 ? K::lowest2 : (x > K::highest2 ? K::highest2 : x);
+    const T shifted = clamped + K::round;
+    const T r = clamped - (shifted - K::round);
+    T p = T(ln2_power_over_factorial(K::terms2));
+#pragma GCC unroll 16
+    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(ln2_power_over_factorial(i));
+    const Bits power = __builtin_bit_cast(Bits, shifted) - __builtin_bit_cast(Bits, K::round);
+    return p * __builtin_bit_cast(T, (power + K::bias) << K::mantissa);
+}
+
+// A [N, E] times log2 e, so that exp(Delta A) = vexp2(Delta A2).
+template <typename T> std::vector<T> base2(const T* a, int64_t size) {
+    std::vector<T> a2(a, a + size);
+    for (T& v : a2) v *= T(1.4426950408889634);
+    return a2;
+}
+
 template <typename T> inline T sigmoid(T x) { return T(1) / (T(1) + vexp(-x)); }
+
+// log(1 + e^x) = max(x, 0) + log1p(e^-|x|), the log1p by its atanh series (all terms positive: no cancellation).
+template <typename T> inline T softplus(T x) {
+    using K = ExpConstants<T>;
+    const T y = vexp(x < T(0) ? x : -x), s = y / (T(2) + y), s2 = s * s;
+    T p = T(1) / T(2 * K::atanh_terms - 1);
+#pragma GCC unroll 32
+    for (int i = K::atanh_terms - 2; i >= 0; --i) p = p * s2 + T(1) / T(2 * i + 1);
+    return (x > T(0) ? x : T(0)) + T(2) * s * p;
+}
+
+// The optional per-channel vector `v`, or zeros: the loops over channels read it without a branch (a branch
+// inside a loop keeps the compiler from vectorising it).
+template <typename T> const T* or_zeros(const T* v, std::vector<T>& zeros) { return v ? v : zeros.data(); }
+
+// Delta_t for one step: the given row, or softplus(row + bias) (either optional) into `scratch`, as Mamba's
+// block forms Delta from its dt projection (Gu & Dao 2023, Algorithm 2: Delta = softplus(Parameter + s(x))).
+template <typename T>
+inline const T* step_delta(const T* __restrict row, const T* __restrict bias, bool formed, bool soft,
+                           T* __restrict scratch, int64_t e_size) {
+    if (!formed) return row;
+    if (soft) {
+#pragma omp simd
+        for (int64_t e = 0; e < e_size; ++e) scratch[e] = softplus(row[e] + bias[e]);
+    } else {
+#pragma omp simd
+        for (int64_t e = 0; e < e_size; ++e) scratch[e] = row[e] + bias[e];
+    }
+    return scratch;
+}
 
 // y_t (and, where z is given, out_t = (y_t + D u_t) SiLU(z_t); D may be null) for batch rows [b0, b1).
 template <typename T>
 void scan_forward(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip, const T* z,
-                  T* y, T* out, T* saved, int64_t b0, int64_t b1, int64_t length, int64_t e_size, int64_t n_size,
-                  int64_t span) {
+                  const T* delta_bias, T* y, T* out, T* saved, T* delta_out, int64_t b0, int64_t b1, int64_t length,
+                  int64_t e_size, int64_t n_size, int64_t span, int64_t soft) {
     const int64_t spans = (length + span - 1) / span, state_size = e_size * n_size;
-    std::vector<T> state(state_size), input(e_size);
+    std::vector<T> state(state_size), input(2 * e_size), a2 = base2(a, state_size), zeros(e_size);
     T* __restrict x = input.data();
+    T* __restrict dt = x + e_size;
+    const bool formed = soft || delta_bias;
+    const T* __restrict bias = or_zeros(delta_bias, zeros);
+    const T* __restrict skip0 = or_zeros(skip, zeros);
     for (int64_t b = b0; b < b1; ++b) {
         std::fill(state.begin(), state.end(), T(0));
         for (int64_t t = 0; t < length; ++t) {
             if (saved && t % span == 0)
                 std::memcpy(saved + (b * spans + t / span) * state_size, state.data(), state_size * sizeof(T));
             const int64_t row = (b * length + t) * e_size;
-            const T* __restrict d = delta + row;
+            const T* __restrict d = step_delta(delta + row, bias, formed, soft, delta_out ? delta_out + row : dt, e_size);
             const T* __restrict ut = u + row;
             T* __restrict yt = y + row;
             for (int64_t e = 0; e < e_size; ++e) {
@@ -83,12 +150,12 @@ void scan_forward(const T* delta, const T* u, const T* a, const T* bm, const T* 
                 yt[e] = T(0);
             }
             for (int64_t n = 0; n < n_size; ++n) {
-                const T* __restrict an = a + n * e_size;
+                const T* __restrict an = a2.data() + n * e_size;
                 T* __restrict h = state.data() + n * e_size;
                 const T bn = bm[(b * length + t) * n_size + n], cn = cm[(b * length + t) * n_size + n];
 #pragma omp simd
                 for (int64_t e = 0; e < e_size; ++e) {
-                    h[e] = vexp(d[e] * an[e]) * h[e] + x[e] * bn;
+                    h[e] = vexp2(d[e] * an[e]) * h[e] + x[e] * bn;
                     yt[e] += cn * h[e];
                 }
             }
@@ -97,23 +164,29 @@ void scan_forward(const T* delta, const T* u, const T* a, const T* bm, const T* 
                 T* __restrict ot = out + row;
 #pragma omp simd
                 for (int64_t e = 0; e < e_size; ++e)
-                    ot[e] = (yt[e] + (skip ? skip[e] * ut[e] : T(0))) * zt[e] * sigmoid(zt[e]);
+                    ot[e] = (yt[e] + skip0[e] * ut[e]) * zt[e] * sigmoid(zt[e]);
             }
         }
     }
 }
 
+// `delta` is the Delta the forward used (its `delta_out` where it formed one); with `soft`, the gradient goes on
+// through the softplus at pre + delta_bias.
 // The adjoint g_t = dL/dh_t = C_t dy_t + exp(Delta_{t+1} A) g_{t+1}, walked backwards one span at a time after
 // recomputing that span's states and decays from its saved start. With z, dy_t comes through the gate from
 // grad_out (y is the saved scan output); without, grad_out is dy. grad_a [N, E] and grad_skip [E] hold one
 // slice per batch row.
 template <typename T>
 void scan_backward(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip, const T* z,
-                   const T* y, const T* saved, const T* grad_out, T* grad_delta, T* grad_u, T* grad_a, T* grad_b,
-                   T* grad_c, T* grad_skip, T* grad_z, int64_t b0, int64_t b1, int64_t length, int64_t e_size,
-                   int64_t n_size, int64_t span) {
+                   const T* pre, const T* delta_bias, const T* y, const T* saved, const T* grad_out, T* grad_delta,
+                   T* grad_u,
+                   T* grad_a, T* grad_b, T* grad_c, T* grad_skip, T* grad_z, T* grad_bias, int64_t b0, int64_t b1,
+                   int64_t length, int64_t e_size, int64_t n_size, int64_t span, int64_t soft) {
     const int64_t spans = (length + span - 1) / span, state_size = e_size * n_size;
-    std::vector<T> states((span + 1) * state_size), decays(span * state_size), adjoint(state_size), scratch(5 * e_size);
+    std::vector<T> states((span + 1) * state_size), decays(span * state_size), adjoint(state_size), scratch(5 * e_size),
+        a2 = base2(a, state_size), zeros(e_size), sinks(2 * e_size);
+    const T* __restrict bias = or_zeros(delta_bias, zeros);
+    const T* __restrict skip0 = or_zeros(skip, zeros);
     T* __restrict x = scratch.data();
     T* __restrict gx = x + e_size;
     T* __restrict gd = gx + e_size;
@@ -123,8 +196,10 @@ void scan_backward(const T* delta, const T* u, const T* a, const T* bm, const T*
         std::fill(adjoint.begin(), adjoint.end(), T(0));
         T* ga = grad_a + b * state_size;
         std::fill(ga, ga + state_size, T(0));
-        T* __restrict gs = grad_skip ? grad_skip + b * e_size : nullptr;
-        if (gs) std::fill(gs, gs + e_size, T(0));
+        T* __restrict gs = grad_skip ? grad_skip + b * e_size : sinks.data();  // sinks: sums nobody reads
+        T* __restrict gbias = grad_bias ? grad_bias + b * e_size : sinks.data() + e_size;
+        std::fill(gs, gs + e_size, T(0));
+        std::fill(gbias, gbias + e_size, T(0));
         for (int64_t s = spans - 1; s >= 0; --s) {
             const int64_t t0 = s * span, t1 = std::min(length, t0 + span);
             std::memcpy(states.data(), saved + (b * spans + s) * state_size, state_size * sizeof(T));
@@ -134,14 +209,14 @@ void scan_backward(const T* delta, const T* u, const T* a, const T* bm, const T*
                 const T* __restrict ut = u + row;
                 for (int64_t e = 0; e < e_size; ++e) x[e] = d[e] * ut[e];
                 for (int64_t n = 0; n < n_size; ++n) {
-                    const T* __restrict an = a + n * e_size;
+                    const T* __restrict an = a2.data() + n * e_size;
                     const T* __restrict before = states.data() + (t - t0) * state_size + n * e_size;
                     T* __restrict after = states.data() + (t - t0 + 1) * state_size + n * e_size;
                     T* __restrict decay = decays.data() + (t - t0) * state_size + n * e_size;
                     const T bn = bm[(b * length + t) * n_size + n];
 #pragma omp simd
                     for (int64_t e = 0; e < e_size; ++e) {
-                        const T dec = vexp(d[e] * an[e]);
+                        const T dec = vexp2(d[e] * an[e]);
                         decay[e] = dec;
                         after[e] = dec * before[e] + x[e] * bn;
                     }
@@ -158,19 +233,20 @@ void scan_backward(const T* delta, const T* u, const T* a, const T* bm, const T*
                     T* __restrict gz = grad_z + row;
 #pragma omp simd
                     for (int64_t e = 0; e < e_size; ++e) {
-                        const T gate = sigmoid(zt[e]), skipped = yt[e] + (skip ? skip[e] * ut[e] : T(0));
+                        const T gate = sigmoid(zt[e]), skipped = yt[e] + skip0[e] * ut[e];
                         dy[e] = go[e] * zt[e] * gate;
                         gz[e] = go[e] * skipped * gate * (T(1) + zt[e] * (T(1) - gate));
                     }
                 } else {
                     for (int64_t e = 0; e < e_size; ++e) dy[e] = go[e];
                 }
+#pragma omp simd
                 for (int64_t e = 0; e < e_size; ++e) {
                     x[e] = d[e] * ut[e];
                     gx[e] = T(0);
                     gd[e] = T(0);
-                    gu_skip[e] = skip ? dy[e] * skip[e] : T(0);
-                    if (gs) gs[e] += dy[e] * ut[e];
+                    gu_skip[e] = dy[e] * skip0[e];
+                    gs[e] += dy[e] * ut[e];
                 }
                 for (int64_t n = 0; n < n_size; ++n) {
                     const T* __restrict an = a + n * e_size;
@@ -195,10 +271,20 @@ void scan_backward(const T* delta, const T* u, const T* a, const T* bm, const T*
                     grad_b[(b * length + t) * n_size + n] = gb;
                     grad_c[(b * length + t) * n_size + n] = gc;
                 }
+                T* __restrict gdt = grad_delta + row;
+                T* __restrict gut = grad_u + row;
+#pragma omp simd
                 for (int64_t e = 0; e < e_size; ++e) {
-                    grad_delta[row + e] = gd[e] + gx[e] * ut[e];
-                    grad_u[row + e] = gx[e] * d[e] + gu_skip[e];
+                    gdt[e] = gd[e] + gx[e] * ut[e];
+                    gut[e] = gx[e] * d[e] + gu_skip[e];
                 }
+                if (soft) {
+                    const T* __restrict pt = pre + row;
+#pragma omp simd
+                    for (int64_t e = 0; e < e_size; ++e) gdt[e] *= sigmoid(pt[e] + bias[e]);
+                }
+#pragma omp simd
+                for (int64_t e = 0; e < e_size; ++e) gbias[e] += gdt[e];
             }
         }
     }
@@ -272,16 +358,20 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
 
 #define SEPBENCH_KERNELS(T, SUFFIX)                                                                                \
     void scan_forward_##SUFFIX(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip,    \
-                               const T* z, T* y, T* out, T* saved, int64_t b0, int64_t b1, int64_t length,         \
-                               int64_t e, int64_t n, int64_t span) {                                              \
-        scan_forward(delta, u, a, bm, cm, skip, z, y, out, saved, b0, b1, length, e, n, span);                    \
+                               const T* z, const T* bias, T* y, T* out, T* saved, T* delta_out, int64_t b0,        \
+                               int64_t b1, int64_t length, int64_t e, int64_t n, int64_t span, int64_t soft) {     \
+        scan_forward(delta, u, a, bm, cm, skip, z, bias, y, out, saved, delta_out, b0, b1, length, e, n, span,    \
+                     soft);                                                                                        \
     }                                                                                                              \
     void scan_backward_##SUFFIX(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip,   \
-                                const T* z, const T* y, const T* saved, const T* grad_out, T* grad_delta,          \
-                                T* grad_u, T* grad_a, T* grad_b, T* grad_c, T* grad_skip, T* grad_z, int64_t b0,   \
-                                int64_t b1, int64_t length, int64_t e, int64_t n, int64_t span) {                  \
-        scan_backward(delta, u, a, bm, cm, skip, z, y, saved, grad_out, grad_delta, grad_u, grad_a, grad_b,       \
-                      grad_c, grad_skip, grad_z, b0, b1, length, e, n, span);                                     \
+                                const T* z, const T* pre, const T* bias, const T* y, const T* saved,               \
+                                const T* grad_out,                                                                 \
+                                T* grad_delta, T* grad_u, T* grad_a, T* grad_b, T* grad_c, T* grad_skip,           \
+                                T* grad_z, T* grad_bias, int64_t b0, int64_t b1, int64_t length, int64_t e,        \
+                                int64_t n, int64_t span, int64_t soft) {                                           \
+        scan_backward(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, grad_u, grad_a,    \
+                      grad_b,                                                                                      \
+                      grad_c, grad_skip, grad_z, grad_bias, b0, b1, length, e, n, span, soft);                    \
     }                                                                                                              \
     void conv_forward_##SUFFIX(const T* x, const T* w, const T* bias, T* out, int64_t b0, int64_t b1,              \
                                int64_t length, int64_t e, int64_t k) {                                            \
