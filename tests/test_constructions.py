@@ -17,7 +17,8 @@ runner = CliRunner()
 @pytest.mark.parametrize(
     "name, length, samples",
     [("index_lookup", 100, 1000), ("index_lookup", 1000, 150), ("equality", 100, 1000), ("equality", 1000, 100),
-     ("eq_one", 100, 1000), ("nearest_neighbor", 40, 500), ("nearest_neighbor", 200, 20)],
+     ("eq_one", 100, 1000), ("nearest_neighbor", 40, 500), ("nearest_neighbor", 200, 20),
+     ("nearest_neighbor_copy", 40, 500), ("nearest_neighbor_copy", 200, 50)],
 )
 def test_construction_is_exact_at_its_smallest_accepted_width(name, length, samples):
     built = C.construct(name, length)
@@ -107,3 +108,40 @@ def test_the_accepted_nearest_neighbor_width_is_accepted_by_the_construction_on_
     for seed in range(3):
         width = C.min_code_width("nearest_neighbor", 50, seed)
         assert C.construct("nearest_neighbor", 50, seed=seed).model is not None, width
+
+
+def test_margin_queries_have_one_nearest_vector_and_are_not_all_repeats():
+    task = NearestNeighbor(60, {"dims": 6, "queries": "margin", "distinct": True})
+    ids = task.sample_eval(40, np.random.default_rng(0)).inputs[:, 0::2].numpy()
+    vectors = task.vectors(ids)
+    repeats = 0
+    for row, x in zip(ids, vectors):
+        for k in range(30, 60):
+            products = x[:k] @ x[k]
+            nearest = set(row[:k][products == products.max()])
+            assert len(nearest) == 1
+            repeats += products.max() == 6
+    assert 0 < repeats < 40 * 30  # exact repeats and queries at a margin below them both occur
+
+
+@pytest.mark.parametrize("queries", ["recall", "margin"])
+def test_nearest_neighbor_by_copy_is_exact_and_its_width_grows_like_log_n(queries):
+    built = {n: C.construct("nearest_neighbor_copy", n, queries=queries) for n in (50, 300)}
+    for n, construction in built.items():
+        assert construction.accuracy(60, seed=3) == 1.0, n
+    per_bit = {n: c.width / math.log2(n) for n, c in built.items()}
+    assert per_bit[300] <= 1.25 * per_bit[50]
+    assert built[300].width < C.construct("nearest_neighbor", 50).width  # App. G.2's one-hot layout: O(N)
+
+
+def test_nearest_neighbor_by_copy_needs_its_codes_and_its_sharpness():
+    task = C.nearest_neighbor_task(50, "margin")
+    narrow = C.nearest_neighbor_by_copy(task, code_width=8)
+    codes = C.sign_codes(task.max_seq_len() + 1, 8, np.random.default_rng(0))
+    assert C.previous_token_floor(codes, C.previous_token_eta(0.9, 100, 6)) < 1 - 1 / 24
+    assert narrow.accuracy(300, seed=1) < 1.0
+    width = C.min_code_width("nearest_neighbor_copy", 50)
+    blunt = C.nearest_neighbor_by_copy(task, code_width=width)
+    with torch.no_grad():
+        blunt.model.blocks[1].mixer.qkv.weight[: blunt.width] /= 20  # eta2 / 20: labels of farther points leak in
+    assert blunt.accuracy(300, seed=1) < 1.0

@@ -29,7 +29,7 @@ def construction(params: dict[str, Any]) -> Series:
     model_widths: dict[float, list[float]] = {}
     for n in params["lengths"]:
         for seed in params.get("seeds", [0, 1, 2]):
-            built = construct(name, n, None, seed)
+            built = construct(name, n, None, seed, params.get("queries", "recall"))
             accuracy.setdefault(n, []).append(built.accuracy(params.get("samples", 1000), seed))
             widths.setdefault(n, []).append(float(built.code_width))
             model_widths.setdefault(n, []).append(float(built.width))

@@ -165,8 +165,10 @@ def shuffled_rows(words: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 class NearestNeighborOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dims: int = Field(8, ge=1, le=20, description="points are the 2^dims vertices of {-1,+1}^dims")
-    queries: Literal["nearest", "recall"] = Field(
-        "nearest", description="nearest: later points uniform; recall: each later point repeats one of the first N/2"
+    queries: Literal["nearest", "recall", "margin"] = Field(
+        "nearest", description="nearest: later points uniform; recall: each later point repeats one of the first "
+        "N/2; margin: later points uniform among those whose nearest earlier point is one vector (Thm 7's margin "
+        "assumption, gamma = 2/dims)"
     )
     distinct: bool = Field(False, description="the first N/2 points are distinct (needs 2^dims >= N/2)")
 
@@ -221,6 +223,8 @@ class NearestNeighbor(Task):
         if self.options.queries == "recall":
             source = rng.integers(0, start, size=(n, total - start))
             ids[:, start:] = np.take_along_axis(ids[:, :start], source, 1)
+        elif self.options.queries == "margin":
+            self._redraw_until_one_nearest(ids, start, rng)
         labels = rng.integers(0, 2, size=(n, total))
         nearest = self.nearest_earlier(ids)
         for t in range(1, total):
@@ -233,6 +237,22 @@ class NearestNeighbor(Task):
         mask = np.zeros(inputs.shape, dtype=bool)
         mask[:, 2 * start :: 2] = True
         return Batch.from_numpy(inputs, targets, mask)
+
+    def _redraw_until_one_nearest(self, ids: np.ndarray, start: int, rng: np.random.Generator) -> None:
+        """Each later point, in order, redrawn until every earlier point at its largest inner product is the same
+        vector: the nearest neighbour is unique with margin 2/dims (Bhattamishra et al. 2024, L160)."""
+        vectors = self.vectors(ids).astype(np.int32)
+        for t in range(max(start, 1), ids.shape[1]):
+            redraw = np.ones(len(ids), dtype=bool)
+            while redraw.any():
+                ids[redraw, t] = rng.integers(0, self.points, size=int(redraw.sum()))
+                rows = np.flatnonzero(redraw)
+                vectors[rows, t] = self.vectors(ids[rows, t])
+                products = np.einsum("btd,bd->bt", vectors[rows, :t], vectors[rows, t])
+                at_max = products == products.max(1, keepdims=True)
+                first = ids[rows, :t][np.arange(len(rows)), at_max.argmax(1)]
+                one_vector = ~(at_max & (ids[rows, :t] != first[:, None])).any(1)
+                redraw[rows[one_vector]] = False
 
     @staticmethod
     def _exact(ids: np.ndarray, nearest: np.ndarray, t: int) -> np.ndarray:

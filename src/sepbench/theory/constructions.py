@@ -363,12 +363,92 @@ def nearest_neighbor(task: NearestNeighbor, code_width: int = 128, seed: int = 0
         query[:, slots["nn"]] = eta2 / math.sqrt(k) * np.eye(k)
         key[:, slots["label_code"]] = np.eye(k)
         second.query_key(query, key)
-        second.value_out(slots["y"], slots["out"])
-        head = np.zeros((task.vocab_size, w))
-        head[task.points + 1] = 20 * (_unit(w, slots["out"].start) - 0.5 * _unit(w, slots["one"].start))
-        head[task.points] = -head[task.points + 1]
-        model.head.weight.copy_(_tensor(head))
+        _read_out_label(model, second, task, slots)
     return Construction(model, task, w, k, {"eta1": eta1, "eta2": eta2, "gamma": gamma, "coherence": mu})
+
+
+def nearest_neighbor_by_copy(task: NearestNeighbor, code_width: int, seed: int = 0, point_penalty: float = 4.0) -> Construction:
+    """Thm 7's statement (L166: two layers, width O(log N)) by a construction of sepbench's own, not App. G.2's.
+
+    Slots [x | y | point | one | T(own) | T(prev) | copy | out], point i at position 2i, its label at 2i + 1.
+    Layer 1, a previous-token head on k = O(log N) sign codes (Thm 1's mechanism): Q = eta1 T(t - 1),
+    K = T(s), V = x into ``copy``, so each label position holds its point's vector. Layer 2, from a query
+    point: Q = eta2 [x, 1], K = [copy, -4 point], V = y: the nearest earlier point's label, the query itself
+    and every point position held off by the penalty. With 1 - (layer-1 weight) <= 1/(4 dims) the copies move
+    any inner product by at most gamma/4 (gamma = 2/dims on the hypercube), and eta2 = dims ln(8N) keeps the
+    weight off the nearest point's labels below 1/4 wherever the nearest point is one vector (L160's margin).
+    App. G.2 instead finds the point in layer 1 and its label's address in layer 2, holding the query off
+    itself through codes exact to gamma/100 (``nearest_neighbor`` does that with one-hot codes, width O(N)).
+    """
+    n, d = task.length, task.options.dims
+    total = task.max_seq_len()
+    codes = sign_codes(total + 1, code_width, np.random.default_rng(seed))  # row ``total``: position -1
+    k = code_width
+    slots = Slots()
+    for name, size in (("x", d), ("y", 1), ("point", 1), ("one", 1), ("own", k), ("prev", k), ("copy", d),
+                       ("out", 1)):
+        slots.add(name, size)
+    w = slots.width
+    eta1 = previous_token_eta(coherence(codes), total, d)
+    eta2 = d * math.log(8 * n)
+    model = blank_transformer(2, w, task.vocab_size, total, 1)
+    with torch.no_grad():
+        embed = np.zeros((task.vocab_size, w))
+        embed[: task.points, slots["x"]] = task.vectors(np.arange(task.points)) / math.sqrt(d)
+        embed[: task.points, slots["point"].start] = 1.0
+        embed[task.points + 1, slots["y"].start] = 1.0
+        embed[:, slots["one"].start] = 1.0
+        model.embed.weight.copy_(_tensor(embed))
+        positions = np.zeros((total, w))
+        positions[:, slots["own"]] = codes[:total]
+        positions[:, slots["prev"]] = codes[np.arange(total) - 1]  # position 0 reads row -1: position -1's code
+        model.positions.table.weight.copy_(_tensor(positions))
+
+        first = BlockWriter(model, 0)
+        query, key = np.zeros((k, w)), np.zeros((k, w))
+        query[:, slots["prev"]] = eta1 * np.eye(k)
+        key[:, slots["own"]] = np.eye(k)
+        first.query_key(query, key)
+        first.value_out(slots["x"], slots["copy"])
+
+        second = BlockWriter(model, 1)
+        query, key = np.zeros((d + 1, w)), np.zeros((d + 1, w))
+        query[:d, slots["x"]] = eta2 * np.eye(d)
+        key[:d, slots["copy"]] = np.eye(d)
+        query[d, slots["one"].start] = eta2
+        key[d, slots["point"].start] = -point_penalty
+        second.query_key(query, key)
+        _read_out_label(model, second, task, slots)
+    return Construction(model, task, w, k, {"eta1": eta1, "eta2": eta2, "gamma": 2.0 / d,
+                                            "coherence": coherence(codes)})
+
+
+def previous_token_eta(mu: float, positions: int, dims: int) -> float:
+    """Layer-1 sharpness of ``nearest_neighbor_by_copy``: off-target weight <= positions e^{-eta (1 - mu)} <= 1/(8 dims)."""
+    return math.log(8.0 * dims * positions) / (1.0 - mu)
+
+
+def previous_token_floor(codes: np.ndarray, eta: float, chunk: int = 512) -> float:
+    """Smallest causal softmax weight a position t >= 1 puts on t - 1 when its query is eta T(t - 1), keys T(0..t)."""
+    total = codes.shape[0] - 1
+    floor = 1.0
+    for lo in range(1, total, chunk):
+        rows = np.arange(lo, min(total, lo + chunk))
+        scores = eta * codes[rows - 1] @ codes[:total].T
+        scores[np.arange(total)[None, :] > rows[:, None]] = -np.inf
+        weights = _softmax_rows(scores)
+        floor = min(floor, float(weights[np.arange(len(rows)), rows - 1].min()))
+    return floor
+
+
+def _read_out_label(model: SequenceModel, layer: BlockWriter, task: NearestNeighbor, slots: Slots) -> None:
+    """The layer's attention averages the label slot ``y`` into ``out``; the head reads label 1 above 1/2."""
+    layer.value_out(slots["y"], slots["out"])
+    w = slots.width
+    head = np.zeros((task.vocab_size, w))
+    head[task.points + 1] = 20 * (_unit(w, slots["out"].start) - 0.5 * _unit(w, slots["one"].start))
+    head[task.points] = -head[task.points + 1]
+    model.head.weight.copy_(_tensor(head))
 
 
 def smallest_width(accepts: Callable[[int], bool], step: int = 8) -> int:
@@ -450,6 +530,17 @@ def min_code_width(name: str, length: int, seed: int = 0) -> int:
         eta = equality_eta(length)
         return smallest_width(lambda k: equality_leak(draw(length + 1, k), eta) < 1.0 / (length * bits))
 
+    if name == "nearest_neighbor_copy":
+        task = nearest_neighbor_task(length)
+        total, dims = task.max_seq_len(), task.options.dims
+
+        def copies_ok(k: int) -> bool:
+            codes = draw(total + 1, k)
+            mu = coherence(codes)
+            return mu < 0.5 and previous_token_floor(codes, previous_token_eta(mu, total, dims)) >= 1 - 1 / (4 * dims)
+
+        return smallest_width(copies_ok)
+
     def recall_ok(k: int) -> bool:
         codes = np.sign(draw(length, k))  # exact +-1, so mu is computed as ``nearest_neighbor`` computes it
         mu = coherence(codes) / k
@@ -458,10 +549,11 @@ def min_code_width(name: str, length: int, seed: int = 0) -> int:
     return smallest_width(recall_ok)
 
 
-def nearest_neighbor_task(length: int) -> NearestNeighbor:
-    """NstNb instances with Thm 7's margin: distinct first-half points, each later point repeating one of them."""
+def nearest_neighbor_task(length: int, queries: str = "recall") -> NearestNeighbor:
+    """NstNb instances with Thm 7's margin: distinct first-half points, each later point repeating one of them
+    (``recall``, the MQAR case) or any point whose nearest earlier point is one vector (``margin``)."""
     dims = max(6, math.ceil(math.log2(max(2, length // 2))))
-    return NearestNeighbor(length, {"dims": dims, "queries": "recall", "distinct": True})
+    return NearestNeighbor(length, {"dims": dims, "queries": queries, "distinct": True})
 
 
 CONSTRUCTIONS: dict[str, str] = {
@@ -469,6 +561,7 @@ CONSTRUCTIONS: dict[str, str] = {
     "equality": "Thm 6: two layers decide u == v on {0,1} halves (eq_random, App. F.2)",
     "eq_one": "Thm 6 on eq_one (|Sigma| = 1024, symbols as +-1 bit vectors)",
     "nearest_neighbor": "Thm 7: two layers output the label of the nearest earlier point (App. G.2)",
+    "nearest_neighbor_copy": "Thm 7 by sepbench's own two layers: copy each point to its label, then attend to the nearest",
 }
 
 
@@ -482,8 +575,10 @@ def memory_floor(name: str, length: int, code_width: int | None = None) -> int:
     return floor
 
 
-def construct(name: str, length: int, code_width: int | None = None, seed: int = 0) -> Construction:
-    """The construction ``name`` at task size ``length``; ``code_width`` None uses ``min_code_width``."""
+def construct(name: str, length: int, code_width: int | None = None, seed: int = 0,
+              queries: str = "recall") -> Construction:
+    """The construction ``name`` at task size ``length``; ``code_width`` None uses ``min_code_width``;
+    ``queries`` picks the nearest-neighbour instances (``recall`` or ``margin``)."""
     if name not in CONSTRUCTIONS:
         raise ValueError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
     if name == "index_lookup":
@@ -492,5 +587,6 @@ def construct(name: str, length: int, code_width: int | None = None, seed: int =
     if name in ("equality", "eq_one"):
         task = EqOne(length) if name == "eq_one" else EqRandom(length)
         return equality(task, code_width or min_code_width(name, length, seed), seed)
-    task = nearest_neighbor_task(length)
-    return nearest_neighbor(task, code_width or min_code_width(name, length, seed), seed)
+    task = nearest_neighbor_task(length, queries)
+    build = nearest_neighbor_by_copy if name == "nearest_neighbor_copy" else nearest_neighbor
+    return build(task, code_width or min_code_width(name, length, seed), seed)
