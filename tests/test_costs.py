@@ -21,7 +21,7 @@ def test_each_shape_is_timed_once_and_scaled_by_its_steps(tmp_path, monkeypatch)
     monkeypatch.setattr(costs, "timed_cost", lambda cfg: timed.append(cfg) or real(cfg))
     configs = [tiny(lr=lr) for lr in (1e-3, 3e-3)] + [tiny(steps=400)]
     found = costs.estimate(configs, Store(tmp_path / "runs.db"))
-    assert len(timed) == 1 and found.sources == {"stored": 0, "timed": 3, "flops": 0}
+    assert len(timed) == 1 and found.sources == {"stored": 0, "timed": 3, "scaled": 0, "flops": 0}
     cost = real(configs[0])
     assert cost.source == "timed" and cost.step_seconds > 0 and cost.eval_seconds > 0
     assert cost.run_seconds(configs[2]) > 5 * cost.run_seconds(configs[0])
@@ -45,6 +45,44 @@ def test_a_shape_too_large_to_time_falls_back_to_flops():
         "train": {"steps": 100, "batch_size": 64}, "device": "cpu"})
     cost = costs.timed_cost(huge)
     assert cost.source == "flops" and cost.step_seconds > costs.LARGEST_TIMED_STEP
+
+
+def test_a_shape_too_large_to_time_is_timed_shorter_and_scaled_by_flops(monkeypatch):
+    from sepbench.sweep.search import estimate_forward_flops
+
+    cfg = tiny(steps=100)
+    cfg = RunConfig.model_validate({**cfg.model_dump(), "task": {"name": "index_lookup", "length": 64}})
+    limit = costs.flops_cost(cfg).step_seconds * 0.5  # N = 64 is "too large"; N = 32 is not
+    monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", limit)
+    probed = []
+    monkeypatch.setattr(costs, "time_shape", lambda probe: probed.append(probe) or costs.ShapeCost(0.01, 0.2, "timed"))
+    cost = costs.timed_cost(cfg)
+    assert [p.task.length for p in probed] == [32] and costs.flops_cost(probed[0]).step_seconds <= limit
+    ratio = estimate_forward_flops(cfg) / estimate_forward_flops(probed[0])
+    assert ratio > 2 and cost.source == "scaled"
+    assert abs(cost.step_seconds - 0.01 * ratio) < 1e-12 and abs(cost.eval_seconds - 0.2 * ratio) < 1e-12
+    assert "1 from steps timed now at a shorter length" in costs.Estimate(1.0, {"scaled": 1}).text(1)
+
+
+def test_where_the_task_refuses_a_shorter_length_a_smaller_batch_is_timed(monkeypatch):
+    cfg = RunConfig.model_validate({**tiny(steps=100).model_dump(), "task": {"name": "index_lookup", "length": 64}})
+    monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", costs.flops_cost(cfg).step_seconds * 0.5)
+
+    def time_shape(probe: RunConfig) -> costs.ShapeCost:
+        if probe.task.length != 64:
+            raise ValueError("length refused")
+        return costs.ShapeCost(0.01, 0.2, "timed")
+
+    monkeypatch.setattr(costs, "time_shape", time_shape)
+    cost = costs.timed_cost(cfg)
+    assert cost.source == "scaled"
+    assert abs(cost.step_seconds - 0.01 * 2) < 1e-12 and abs(cost.eval_seconds - 0.2) < 1e-12  # batch 16 -> 8
+
+
+def test_a_shape_no_length_brings_under_the_limit_keeps_the_flops_estimate(monkeypatch):
+    monkeypatch.setattr(costs, "time_shape", lambda probe: (_ for _ in ()).throw(AssertionError("timed")))
+    monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", 1e-12)
+    assert costs.timed_cost(tiny()).source == "flops"
 
 
 def test_durations_read_at_every_scale():

@@ -1,9 +1,10 @@
-"""How long runs still to train will take: stored runs of the same shape, else a few steps timed now."""
+"""How long runs still to train will take: stored runs of the same shape, else a few steps timed now (at a
+shorter length, scaled by forward FLOPs, for a shape too large to time whole)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
@@ -13,7 +14,9 @@ TIMED_STEPS = 4
 TIMED_EVAL_ROWS = 256
 """Evaluation rows timed per shape; the cost of a full evaluation is scaled from them."""
 FLOP_RATE = 5e9
-"""Training FLOP/s assumed for a shape too large to time here (one CPU thread; a GPU is faster)."""
+"""Training FLOP/s assumed, before any timing, to decide whether a shape is small enough to time (a cautious
+rate: measured steps run 10-25x faster than it predicts on one CPU thread), and for a shape no shorter length
+brings under ``LARGEST_TIMED_STEP``."""
 LARGEST_TIMED_STEP = 2.0
 """Seconds one step may be expected to take (forward FLOPs at ``FLOP_RATE``) for its shape to be timed."""
 
@@ -23,7 +26,7 @@ class ShapeCost:
     step_seconds: float
     eval_seconds: float
     source: str
-    """"stored", "timed" or "flops"."""
+    """"stored", "timed", "scaled" or "flops"."""
 
     def run_seconds(self, cfg: RunConfig) -> float:
         """Upper bound for ``cfg``'s run: every step, and a full evaluation at each ``eval_every`` and at the end."""
@@ -40,6 +43,7 @@ class Estimate:
 
     def text(self, workers: int) -> str:
         words = {"stored": "stored runs of the same shape", "timed": "steps timed now",
+                 "scaled": "steps timed now at a shorter length, scaled by forward FLOPs",
                  "flops": f"forward FLOPs at {FLOP_RATE / 1e9:g} GFLOP/s (too large to time here)"}
         how = [f"{count} from {words[source]}" for source, count in self.sources.items() if count]
         return (f"about {duration(self.seconds / max(workers, 1))} on {workers} worker(s) at most "
@@ -74,13 +78,53 @@ def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
 
 
 def timed_cost(cfg: RunConfig) -> ShapeCost:
-    """Time ``TIMED_STEPS`` training steps and ``TIMED_EVAL_ROWS`` evaluation rows of ``cfg``'s shape on its
-    device (fresh data: a fixed training set is not built), or ``flops_cost`` for a shape too large to time."""
-    from sepbench.train.loop import Trainer
+    """``cfg``'s shape timed on its device; a shape too large to time, timed smaller (``smaller_probes``) and
+    scaled by forward FLOPs; ``flops_cost`` where nothing smaller can be timed."""
+    from sepbench.sweep.search import estimate_forward_flops
 
     rough = flops_cost(cfg)
-    if rough.step_seconds > LARGEST_TIMED_STEP:
-        return rough
+    if rough.step_seconds <= LARGEST_TIMED_STEP:
+        return time_shape(cfg)
+    for probe in smaller_probes(cfg):
+        try:
+            measured = time_shape(probe)
+        except ValueError:  # a length the task's own checks refuse
+            continue
+        per_row = estimate_forward_flops(cfg) / estimate_forward_flops(probe)
+        per_step = per_row * cfg.train.batch_size / probe.train.batch_size
+        return ShapeCost(measured.step_seconds * per_step, measured.eval_seconds * per_row, "scaled")
+    return rough
+
+
+def smaller_probes(cfg: RunConfig) -> Iterator[RunConfig]:
+    """``cfg`` made small enough to time (a step ``FLOP_RATE`` puts under ``LARGEST_TIMED_STEP``): first at the
+    longest of N/2, N/4, ... (the same batch, so the same efficiency per row), then, should the task refuse that
+    length, at the largest of batch/2, batch/4, ... (an upper bound: smaller batches run less efficiently)."""
+    def small(probe: RunConfig) -> bool:
+        return flops_cost(probe).step_seconds <= LARGEST_TIMED_STEP
+
+    def changed(section: str, field_name: str, value: int) -> RunConfig | None:
+        data = cfg.model_dump()
+        data[section] = {**data[section], field_name: value}
+        try:
+            return RunConfig.model_validate(data)
+        except ValueError:
+            return None
+
+    for field_name, section in (("length", "task"), ("batch_size", "train")):
+        value = getattr(getattr(cfg, section), field_name) // 2
+        while value >= 1:
+            probe = changed(section, field_name, value)
+            if probe is not None and small(probe):
+                yield probe
+                break
+            value //= 2
+
+
+def time_shape(cfg: RunConfig) -> ShapeCost:
+    """Time ``TIMED_STEPS`` training steps and ``TIMED_EVAL_ROWS`` evaluation rows of ``cfg``'s shape on its
+    device (fresh data: a fixed training set is not built)."""
+    from sepbench.train.loop import Trainer
 
     rows = min(TIMED_EVAL_ROWS, cfg.train.eval_samples)
     probe = cfg.model_copy(update={"train": cfg.train.model_copy(update={
@@ -98,12 +142,12 @@ def timed_cost(cfg: RunConfig) -> ShapeCost:
 
 def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, ShapeCost] | None = None) -> Estimate:
     """Seconds to train ``configs``: a stored shape's seconds per step, else its steps timed now (each shape
-    once), else, for a shape too large to time, forward FLOPs at ``FLOP_RATE``.
+    once; at a shorter length scaled by FLOPs for a shape too large to time), else forward FLOPs at ``FLOP_RATE``.
     ``known``: costs found by an earlier call, extended by this one (each shape is timed once)."""
     costs = known if known is not None else {}
     if not costs:
         costs.update(stored_costs(store))
-    result = Estimate(0.0, {"stored": 0, "timed": 0, "flops": 0})
+    result = Estimate(0.0, {"stored": 0, "timed": 0, "scaled": 0, "flops": 0})
     for cfg in configs:
         key = shape(cfg)
         if key not in costs:
