@@ -41,7 +41,7 @@ def package_version() -> str:
     try:
         return metadata.version("sepbench")
     except metadata.PackageNotFoundError:
-        from sepbench import __version__
+        from sepbench._version import __version__
 
         return __version__
 
