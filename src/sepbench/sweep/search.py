@@ -1,8 +1,6 @@
 """The analysis the papers did by eye: the solved rule, learning-rate selection, smallest solving width, FLOPs."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Sequence
@@ -13,6 +11,7 @@ import pandas as pd
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.results import TRAINED
 from sepbench.store import Store
+from sepbench.sweep.cells import cell_key  # noqa: F401  (part of the search's API)
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
@@ -44,13 +43,6 @@ class SolvedRule:
 
     def __str__(self) -> str:
         return f"accuracy >= {self.threshold:g} in >= {self.k} of {self.m} seeds"
-
-
-def cell_key(config: RunConfig) -> str:
-    """Names a grid cell: the config without its seed and learning rate."""
-    data = config.identity("device", "seed")
-    data["train"].pop("lr")
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
