@@ -324,7 +324,7 @@ def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(
 
 
 def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
-    from sepbench.cli import _finished_runs
+    from sepbench.sweep.interrupts import finished_runs
     from sepbench.sweep.executors import plan
 
     store = Store(tmp_path / "s.db")
@@ -336,13 +336,13 @@ def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
                             for cfg in configs[1:3])
     for result in (reported, unreported):  # a worker stores its result before the sweep hears of it
         store.put(result)
-    assert _finished_runs({reported.config_hash}, before, store, planned) == {reported.config_hash,
-                                                                              unreported.config_hash}
-    assert _finished_runs(set(), before, store, set()) == set()
+    assert finished_runs({reported.config_hash}, before, store, planned) == {reported.config_hash,
+                                                                             unreported.config_hash}
+    assert finished_runs(set(), before, store, set()) == set()
     retried = RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="completed")
     store.put(retried)  # --retry-failed replaces the failed row: the store does not grow, the report counts it
     assert len(store) == 3
-    assert _finished_runs({retried.config_hash}, before, store) == {retried.config_hash, reported.config_hash,
+    assert finished_runs({retried.config_hash}, before, store) == {retried.config_hash, reported.config_hash,
                                                                      unreported.config_hash}
 
 

@@ -84,6 +84,12 @@ def pending(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) 
     return plan(configs, store, reuse).todo
 
 
+def unstored(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
+    """The configs the store holds no run of, whatever its status."""
+    stored = store.config_hashes()
+    return [cfg for cfg in configs if cfg.config_hash() not in stored]
+
+
 def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, threads: int = 1) -> None:
     """One run after another in this process, on ``threads`` intra-op threads (no pool start-up; for one worker)."""
     with intra_op_threads(threads):

@@ -10,9 +10,10 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, ContextManager, Iterable, Iterator
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
@@ -223,3 +224,9 @@ class WorkerPool:
             self.close()
         else:
             self.terminate()
+
+
+def warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
+    """With several workers, a pool started at once (they import torch while the caller reads its spec); with
+    one, nothing: the runs train in the caller's process."""
+    return nullcontext() if workers == 1 else WorkerPool(workers)

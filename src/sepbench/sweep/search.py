@@ -164,6 +164,20 @@ class WidthSearch:
         found = self.smallest.get(length)
         return sorted(w for w in self.failed.get(length, {}) if found is None or w < found)
 
+    def left_out(self, widths: Sequence[int]) -> dict[int, str]:
+        """The lengths whose smallest width in the grid ``widths`` is not exact, so no growth fit may use them,
+        each with its reason: a failed width leaves it open, it is censored at the grid's smallest width, or no
+        width solved."""
+        lowest = min(widths)
+        return {n: "a failed width leaves it open" if self.undetermined_below(n) else
+                f"censored at the grid's smallest width {lowest}" if w == lowest else "no width solved"
+                for n, w in self.smallest.items() if w is None or w == lowest or self.undetermined_below(n)}
+
+    def exact(self, widths: Sequence[int]) -> dict[int, int]:
+        """The smallest widths a growth fit may use (length -> width): every length not ``left_out``."""
+        left = self.left_out(widths)
+        return {n: w for n, w in self.smallest.items() if n not in left}
+
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
                      store: Store, workers: int = 1, on_result: OnResult | None = None,
