@@ -106,11 +106,16 @@ def test_scan_forming_delta_by_softplus_matches_the_reference_in_float32(length,
 @pytest.mark.parametrize("softplus", [True, False])
 def test_scan_forming_delta_passes_gradcheck(softplus):
     _, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
-    pre, bias = (torch.randn(*shape, dtype=torch.float64).requires_grad_() for shape in ((2, 19, 3), (3,)))
-    skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()
+    g = torch.Generator().manual_seed(4)
+    pre, bias, skip = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((2, 19, 3), (3,), (3,)))
+    z = torch.randn(2, 19, 3, generator=g, dtype=torch.float64)
+    if not softplus:  # Delta = pre + bias must stay positive, as Mamba's is
+        pre, bias = pre.abs() + 0.1, bias.abs()
+    pre, bias, skip, z = (x.requires_grad_() for x in (pre, bias, skip, z))
     scan = lambda *x: fused_selective_scan(*x, delta_softplus=softplus)  # noqa: E731
-    assert torch.autograd.gradcheck(scan, (pre.abs() if not softplus else pre, a, u, b, c, skip, z, bias))
-    assert torch.autograd.gradcheck(scan, (pre.detach().abs().requires_grad_(), a, u, b, c, None, None, None))
+    assert torch.autograd.gradcheck(scan, (pre, a, u, b, c, skip, z, bias))
+    positive = (pre.detach().abs() + 0.1).requires_grad_()
+    assert torch.autograd.gradcheck(scan, (positive, a, u, b, c, None, None, None))
 
 
 def test_fused_conv_matches_torch_and_passes_gradcheck():

@@ -179,14 +179,21 @@ class Interrupted:
     survivors: set[int]
 
 
-def _interrupt_when_stored(command: list[str], path: Path, tmp_path: Path, signal_group: bool) -> Interrupted:
-    """Start ``command``; once a run is stored, Ctrl-C it and see how it ends."""
+def _interrupt_when_stored(command: list[str], path: Path, tmp_path: Path, signal_group: bool,
+                           mid_run: bool = False) -> Interrupted:
+    """Start ``command``; once a run is stored (and, with ``mid_run``, another has reported steps from the
+    middle of its training), Ctrl-C it and see how it ends."""
     log = tmp_path / "stderr.txt"
     with open(log, "w") as stderr:
         sweep = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.monotonic() + 120
-        while sweep.poll() is None and time.monotonic() < deadline and not (path.exists() and len(Store(path))):
+        def ready() -> bool:
+            if not (path.exists() and len(Store(path))):
+                return False
+            return not mid_run or any(r.result.steps > 0 for r in Store(path).running())
+
+        while sweep.poll() is None and time.monotonic() < deadline and not ready():
             time.sleep(0.1)
         assert sweep.poll() is None, "the sweep ended before it could be interrupted"
         workers = _descendants(sweep.pid)
@@ -324,7 +331,7 @@ def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(
 
 
 def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
-    from sepbench.cli import _finished_runs
+    from sepbench.sweep.interrupts import finished_runs
     from sepbench.sweep.executors import plan
 
     store = Store(tmp_path / "s.db")
@@ -336,13 +343,13 @@ def test_an_interrupted_sweep_counts_runs_stored_but_not_yet_reported(tmp_path):
                             for cfg in configs[1:3])
     for result in (reported, unreported):  # a worker stores its result before the sweep hears of it
         store.put(result)
-    assert _finished_runs({reported.config_hash}, before, store, planned) == {reported.config_hash,
-                                                                              unreported.config_hash}
-    assert _finished_runs(set(), before, store, set()) == set()
+    assert finished_runs({reported.config_hash}, before, store, planned) == {reported.config_hash,
+                                                                             unreported.config_hash}
+    assert finished_runs(set(), before, store, set()) == set()
     retried = RunResult(config=configs[0], config_hash=configs[0].config_hash(), status="completed")
     store.put(retried)  # --retry-failed replaces the failed row: the store does not grow, the report counts it
     assert len(store) == 3
-    assert _finished_runs({retried.config_hash}, before, store) == {retried.config_hash, reported.config_hash,
+    assert finished_runs({retried.config_hash}, before, store) == {retried.config_hash, reported.config_hash,
                                                                      unreported.config_hash}
 
 
@@ -351,10 +358,10 @@ def test_ctrl_c_stops_reproduce_and_keeps_its_finished_runs(tmp_path):
     path = tmp_path / "runs.db"
     command = [sys.executable, "-m", "sepbench", "reproduce", "bhattamishra2024", "--claim", "dyck-depth",
                "--workers", "2", "--store", str(path), "--out", str(tmp_path / "report"),
-               "--set", "train.steps=200", "--set", "train.eval_every=200", "--set", "train.eval_samples=20",
+               "--set", "train.steps=1000", "--set", "train.eval_every=50", "--set", "train.eval_samples=20",
                "--set", "train.batch_size=8", "--set", "model.width=8", "--set", "task.length=20",
-               "--set", "device=cpu"]
-    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True)
+               "--set", "train.early_stop=false", "--set", "device=cpu"]
+    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True, mid_run=True)
     assert stop.code == 130 and not stop.survivors, (stop, stop.stderr[-2000:])
     assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
     stored = _stored(path)

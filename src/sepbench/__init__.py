@@ -4,8 +4,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
+from sepbench._version import __version__
 from sepbench.config import ModelConfig, RunConfig, TaskConfig, TrainConfig  # noqa: E402
 from sepbench.store import Store  # noqa: E402
 from sepbench.train import RunResult, train  # noqa: E402

@@ -9,6 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sepbench.registry import MODELS, TASKS
+
 
 class ConfigError(ValueError):
     """Invalid configuration; the message is one line naming the problem and what is allowed."""
@@ -32,8 +34,6 @@ class TaskConfig(StrictModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> "TaskConfig":
-        from sepbench.tasks import TASKS
-
         task_cls = TASKS.get(self.name)
         self.options = _validate_options(task_cls.Options, self.options, f"task '{self.name}' options")
         task_cls(self.length, self.options)  # a task refuses sizes its options cannot serve
@@ -58,8 +58,6 @@ class ModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> "ModelConfig":
-        from sepbench.models import MODELS
-
         mixer_cls = MODELS.get(self.name)
         if self.positions is None:
             self.positions = mixer_cls.default_positions
@@ -107,8 +105,6 @@ class RunConfig(StrictModel):
 
     @model_validator(mode="after")
     def _resolve(self) -> "RunConfig":
-        from sepbench.models import MODELS
-
         if self.train.lr is None:
             self.train.lr = MODELS.get(self.model.name).default_lr
         return self

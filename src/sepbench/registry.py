@@ -1,10 +1,20 @@
-"""One small registry: a name maps to a factory and a one-line description; plugins are found on demand."""
+"""One small registry: a name maps to a factory and a one-line description; plugins are found on demand.
+
+The task and model registries live here, below the config that validates names through them and below the
+modules that register into them. A registry imports its built-in entries by module name on its first lookup
+(as an installed plugin is imported by its entry point), so neither side imports the other.
+"""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, TypeVar
 
-from sepbench.plugins import PluginKind
+from sepbench.plugins import MIXER_PLUGINS, TASK_PLUGINS, PluginKind
+
+if TYPE_CHECKING:
+    from sepbench.models.mixers.base import Mixer
+    from sepbench.tasks.base import Task
 
 T = TypeVar("T")
 
@@ -22,11 +32,13 @@ class Entry(Generic[T]):
 
 class Registry(Generic[T]):
     """Name -> factory, in registration order. With ``plugins``, a name not registered here is looked up as a
-    plugin (an import path or an installed entry point) and kept apart from the registered names."""
+    plugin (an import path or an installed entry point) and kept apart from the registered names. ``builtins``
+    names the module whose import registers the built-in entries; it is imported on the first lookup."""
 
-    def __init__(self, kind: str, plugins: PluginKind | None = None) -> None:
+    def __init__(self, kind: str, plugins: PluginKind | None = None, builtins: str | None = None) -> None:
         self.kind = kind
         self.plugins = plugins
+        self.builtins = builtins
         self._entries: dict[str, Entry[T]] = {}
         self._plugin_entries: dict[str, Entry[T]] = {}
 
@@ -43,6 +55,7 @@ class Registry(Generic[T]):
         return self.entry(name).factory
 
     def entry(self, name: str) -> Entry[T]:
+        self._load_builtins()
         found = self._entries.get(name) or self._plugin_entries.get(name)
         if found is not None:
             return found
@@ -62,10 +75,22 @@ class Registry(Generic[T]):
         return f"{allowed}{extra}, or a plugin's import path package.module:Class"
 
     def names(self) -> list[str]:
+        self._load_builtins()
         return list(self._entries)
 
+    def _load_builtins(self) -> None:
+        if self.builtins is not None:
+            module, self.builtins = self.builtins, None
+            importlib.import_module(module)
+
     def __contains__(self, name: object) -> bool:
+        self._load_builtins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[Entry[T]]:
+        self._load_builtins()
         return iter(self._entries.values())
+
+
+TASKS: "Registry[type[Task]]" = Registry("task", TASK_PLUGINS, builtins="sepbench.tasks")
+MODELS: "Registry[type[Mixer]]" = Registry("model", MIXER_PLUGINS, builtins="sepbench.models.mixers")

@@ -6,11 +6,14 @@ counted on their own and never enter an accuracy mean or the solved count.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from sepbench.config import ConfigError
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -135,3 +138,29 @@ def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
 def not_trained_text(row: pd.Series | dict[str, Any]) -> str:
     """'1 diverged, 2 failed' for a ``seed_cells`` row; '' when every run trained."""
     return ", ".join(f"{int(row[s])} {s}" for s in NOT_TRAINED if row[s])
+
+
+def write_frame(frame: pd.DataFrame, output: str, path: Path | None = None) -> None:
+    """``frame`` as ``output`` (csv or json to stdout or ``path``; parquet to ``path``). A file appears whole or
+    not at all."""
+    if output == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError("--format parquet needs pyarrow (pip install pyarrow)") from None
+    if path is None:
+        json_text = frame.to_json(orient="records", indent=2) + "\n"
+        sys.stdout.write(frame.to_csv(index=False) if output == "csv" else json_text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        if output == "parquet":
+            frame.to_parquet(partial, index=False)
+        elif output == "csv":
+            frame.to_csv(partial, index=False)
+        else:
+            partial.write_text(frame.to_json(orient="records", indent=2) + "\n")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)

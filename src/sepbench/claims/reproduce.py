@@ -69,3 +69,34 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results))
+
+
+@dataclass
+class ShippedVerdicts:
+    """``reproduce --evidence``: the verdicts of the shipped evidence, the claims it lacks, and (given a store of
+    one's own runs) the verdicts of those."""
+
+    verdicts: list[ClaimVerdict]
+    missing: list[str]
+    mine: list[ClaimVerdict] | None = None
+
+
+def judge_shipped(claims: Sequence[Claim], scale: str, evidence_dir: Path, mine: Path | None = None
+                  ) -> ShippedVerdicts:
+    """Judge every claim from the evidence in ``evidence_dir`` (loaded into a scratch store: nothing trained, no
+    check run), and, with ``mine``, from the runs in that store too."""
+    import tempfile
+
+    from sepbench.claims import evidence as shipped
+    from sepbench.config import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="sepbench-evidence-") as scratch:
+        if mine is not None and not Path(mine).is_file():
+            raise ConfigError(f"--store {mine} does not exist; with --evidence it names a store of your runs to "
+                              f"judge beside the shipped ones")
+        store = Store(Path(scratch) / "evidence.db")
+        missing = shipped.load(claims, scale, evidence_dir, store)
+        verdicts = [shipped.unshipped(c, scale) if c.id in missing else judge(c, scale, store, train=False)
+                    for c in claims]
+        own = [judge(c, scale, Store(mine), train=False) for c in claims] if mine is not None else None
+    return ShippedVerdicts(verdicts, missing, own)

@@ -1,5 +1,7 @@
 """Sweeps: a grid of runs from one YAML spec, run on a process pool or Ray, resumable through the store."""
 from sepbench.sweep.executors import Plan, Reuse, SweepOutcome, execute, failed_result, pending, plan, run_sweep
+from sepbench.sweep.single import StoredRun, run_stored
 from sepbench.sweep.spec import SweepSpec
 
-__all__ = ["Plan", "Reuse", "SweepOutcome", "SweepSpec", "execute", "failed_result", "pending", "plan", "run_sweep"]
+__all__ = ["Plan", "Reuse", "StoredRun", "SweepOutcome", "SweepSpec", "execute", "failed_result", "pending", "plan",
+           "run_stored", "run_sweep"]

@@ -7,65 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Iterable, Iterator, Literal
+from functools import partial
+from typing import Iterable, Literal
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.pool import OnResult, WorkerPool, sigint_ignored
+from sepbench.sweep.pool import WorkerPool
+from sepbench.sweep.runner import (  # noqa: F401  (failed_result, execute, lost_run: the sweep's API)
+    Executor, OnResult, execute, failed_result, intra_op_threads, lost_run, ray_keeping, sigint_ignored, start_ray,
+)
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
 Backend = Literal["local", "ray"]
-
-
-def failed_result(config: RunConfig, error: BaseException, kind: str | None = None) -> RunResult:
-    """A run that raised: recorded with its error so the sweep goes on and the grid shows the hole."""
-    from sepbench.train.environment import code_version, package_version
-
-    last = traceback.format_exception_only(type(error), error)[-1].strip()
-    return RunResult(config=config, config_hash=config.config_hash(), status="failed",
-                     error=f"{kind}: {error}" if kind else last, version=package_version(),
-                     code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-
-
-def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult:
-    """The failed result of a run whose worker was lost; it says when the run's checkpoint is kept to resume from."""
-    result = failed_result(config, error)
-    if (store.checkpoints / f"{result.config_hash}.pt").exists():
-        result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
-    return result
-
-
-def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
-    """Train one run, keeping its progress as ``keeping`` says; a run that cannot fit, or raises, becomes a
-    'failed' result instead of ending the sweep."""
-    from sepbench.train import train
-    from sepbench.train.environment import resolve_device
-    from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
-
-    try:
-        check_memory(config, resolve_device(config.device))
-        return train(config, progress=False, keeping=keeping)
-    except MemoryRefused as error:
-        return failed_result(config, error, "out of memory (estimated before training)")
-    except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
-        return failed_result(config, error, "out of memory" if is_out_of_memory(error) else None)
-
-
-@contextlib.contextmanager
-def intra_op_threads(threads: int) -> Iterator[None]:
-    """torch's intra-op thread count set to ``threads`` for the block, restored after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run_remote(config_json: str, keeping: Keeping) -> str:
@@ -129,6 +84,12 @@ def pending(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse()) 
     return plan(configs, store, reuse).todo
 
 
+def unstored(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
+    """The configs the store holds no run of, whatever its status."""
+    stored = store.config_hashes()
+    return [cfg for cfg in configs if cfg.config_hash() not in stored]
+
+
 def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, threads: int = 1) -> None:
     """One run after another in this process, on ``threads`` intra-op threads (no pool start-up; for one worker)."""
     with intra_op_threads(threads):
@@ -138,7 +99,7 @@ def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, thre
             on_result(result)
 
 
-def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
+def run_local(configs: list[RunConfig], store: Store, on_result: OnResult, workers: int = 1,
               pool: WorkerPool | None = None) -> None:
     """A pool of ``workers`` warm single-threaded processes (spawn: no forked torch state); or ``pool``, if given."""
     if not configs:
@@ -150,29 +111,7 @@ def run_local(configs: list[RunConfig], store: Store, workers: int, on_result: O
         own.run(configs, store, on_result)
 
 
-def start_ray(address: str | None, workers: int) -> tuple[object, bool]:
-    """The ``ray`` module, connected to ``address`` or to a local instance of ``workers`` CPUs started here (then
-    True: the caller shuts it down)."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError("--backend ray needs the 'ray' package: pip install -r requirements-dev.txt") from None
-    started_here = not ray.is_initialized()
-    if started_here:
-        options = {"address": address} if address else {"num_cpus": workers}
-        with sigint_ignored():
-            ray.init(include_dashboard=False, log_to_driver=False, **options)
-    return ray, started_here
-
-
-def ray_keeping(store: Store, address: str | None) -> Keeping:
-    """Ray workers checkpoint in the store's checkpoint folder, which must be one they all reach (``--checkpoints``
-    on shared storage for a cluster); only a local instance's workers write the curve so far into the store."""
-    here = Keeping.beside(store)
-    return here if address is None else Keeping(here.checkpoints)
-
-
-def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnResult,
+def run_ray(configs: list[RunConfig], store: Store, on_result: OnResult, workers: int = 1,
             address: str | None = None) -> None:
     """Each run a Ray task (one CPU) on the cluster at ``address``, or on a local instance of ``workers`` CPUs."""
     if not configs:
@@ -206,6 +145,27 @@ def run_ray(configs: list[RunConfig], store: Store, workers: int, on_result: OnR
         if started_here:
             with sigint_ignored():
                 ray.shutdown()
+
+
+def executor_for(backend: Backend, workers: int = 1, group_size: int = 1, pool: WorkerPool | None = None,
+                 threads: int = 1, address: str | None = None) -> Executor:
+    """The way to run a sweep's runs: on ``backend``, stacked ``group_size`` runs of a cell at a time when > 1,
+    otherwise one at a time inline (one local worker and no ``pool``), on a pool of warm workers, or on Ray."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown backend '{backend}'; allowed: local, ray")
+    if group_size > 1:
+        from sepbench.sweep import grouped
+
+        if backend == "ray":
+            return grouped.in_groups(group_size, partial(grouped.run_groups_ray, workers=workers, address=address))
+        if workers == 1:
+            return grouped.in_groups(group_size, grouped.run_groups_inline)
+        return grouped.in_groups(group_size, partial(grouped.run_groups_local, workers=workers))
+    if backend == "ray":
+        return partial(run_ray, workers=workers, address=address)
+    if pool is None and workers == 1:
+        return partial(run_inline, threads=threads)
+    return partial(run_local, workers=workers, pool=pool)
 
 
 @dataclass
@@ -247,23 +207,6 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
         if on_result is not None:
             on_result(result)
 
-    if group_size > 1 and backend in ("local", "ray"):
-        from sepbench.sweep import grouped
-
-        groups = grouped.make_groups(todo, group_size)
-        if backend == "ray":
-            grouped.run_groups_ray(groups, store, workers, collect, address)
-        elif workers == 1:
-            grouped.run_groups_inline(groups, store, collect)
-        else:
-            grouped.run_groups_local(groups, store, workers, collect)
-    elif backend == "ray":
-        run_ray(todo, store, workers, collect, address)
-    elif backend == "local" and pool is None and workers == 1:
-        run_inline(todo, store, collect, threads)
-    elif backend == "local":
-        run_local(todo, store, workers, collect, pool)
-    else:
-        raise ValueError(f"unknown backend '{backend}'; allowed: local, ray")
+    executor_for(backend, workers, group_size, pool, threads, address)(todo, store, collect)
     outcome.seconds = time.perf_counter() - start
     return outcome

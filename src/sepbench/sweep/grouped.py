@@ -5,14 +5,13 @@ import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable
-
 from sepbench.config import RunConfig
 from sepbench.store import Store
+from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
+from sepbench.sweep.runner import Executor, OnResult, failed_result, lost_run, ray_keeping, start_ray
 from sepbench.train.environment import resolve_device
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
-
-OnResult = Callable[[RunResult], None]
 
 DEFAULT_GROUP_SIZE = {"cpu": 1, "cuda": 16}
 """Members per group when the sweep does not say (benchmarks/_throughput_group.py; see docs/sweeps.md):
@@ -38,10 +37,20 @@ def make_groups(configs: list[RunConfig], size: int) -> list[list[RunConfig]]:
     return [members[i : i + size] for members in cells.values() for i in range(0, len(members), size)]
 
 
+RunGroups = Callable[[list[list[RunConfig]], Store, OnResult], None]
+
+
+def in_groups(size: int, run_groups: RunGroups) -> Executor:
+    """An executor that trains pending runs stacked, up to ``size`` runs of one cell in a group, by ``run_groups``."""
+    def run(configs: list[RunConfig], store: Store, on_result: OnResult) -> None:
+        run_groups(make_groups(configs, size), store, on_result)
+
+    return run
+
+
 def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keeping | None = None) -> None:
     """Train one group, its members keeping their progress as ``keeping`` says; each member's result goes to
     ``on_result`` when final, a crash fails the members left."""
-    from sepbench.sweep.executors import failed_result
     from sepbench.train.group import train_group
     from sepbench.train.memory import MemoryRefused, is_out_of_memory
 
@@ -106,11 +115,8 @@ def run_groups_inline(groups: list[list[RunConfig]], store: Store, on_result: On
         execute_group(group, lambda result: (store.put(result), on_result(result)), Keeping.beside(store))
 
 
-def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult) -> None:
+def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnResult, workers: int = 1) -> None:
     """One group per single-threaded worker process; results are reported when a group ends."""
-    from sepbench.sweep.executors import lost_run
-    from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
-
     if not groups:
         return
     path = str(store.path.resolve())
@@ -132,11 +138,9 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, workers: int, 
                     on_result(result)
 
 
-def run_groups_ray(groups: list[list[RunConfig]], store: Store, workers: int, on_result: OnResult,
+def run_groups_ray(groups: list[list[RunConfig]], store: Store, on_result: OnResult, workers: int = 1,
                    address: str | None = None) -> None:
     """Each group a Ray task of one CPU; the driver stores the results."""
-    from sepbench.sweep.executors import lost_run, ray_keeping, start_ray
-
     if not groups:
         return
     ray, started_here = start_ray(address, workers)

@@ -18,7 +18,7 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
-from sepbench.sweep.search import cell_key
+from sepbench.sweep.cells import cell_key
 from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer

@@ -10,19 +10,19 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, ContextManager, Iterable, Iterator
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
+from sepbench.sweep.runner import OnResult, execute, lost_run, sigint_ignored
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
-
-OnResult = Callable[[RunResult], None]
 
 
 def warm_up(threads: int) -> None:
@@ -37,20 +37,6 @@ def warm_up(threads: int) -> None:
 
     torch.set_num_threads(threads)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
-
-
-@contextlib.contextmanager
-def sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT for the block (main thread only): processes started here inherit the ignoring, so a
-    terminal's Ctrl-C reaches only the parent, which then stops them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
@@ -94,7 +80,6 @@ def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolE
 
 def _worker_main(conn: Connection, parent: int) -> None:
     """A pool worker: warm up once, then train each (config, store) it is sent, store it, and send it back."""
-    from sepbench.sweep.executors import execute as run_one
     from sepbench.train.stopping import stop_runs_on
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -111,7 +96,7 @@ def _worker_main(conn: Connection, parent: int) -> None:
         config_json, store_path = job
         store = Store(store_path)
         try:
-            result = run_one(RunConfig.model_validate_json(config_json), Keeping.beside(store))
+            result = execute(RunConfig.model_validate_json(config_json), Keeping.beside(store))
         except KeyboardInterrupt:
             break
         store.put(result)
@@ -204,8 +189,6 @@ class WorkerPool:
     @staticmethod
     def _died(config: RunConfig, code: int | None, store: Store) -> RunResult:
         """The run of a worker that ended before sending it back, stored as failed."""
-        from sepbench.sweep.executors import lost_run
-
         result = lost_run(config, WorkerDied(f"the worker process ended with exit code {code} before finishing this "
                                              "run (killed, out of memory or crashed)"), store)
         store.put(result)
@@ -241,3 +224,9 @@ class WorkerPool:
             self.close()
         else:
             self.terminate()
+
+
+def warm_pool(workers: int) -> ContextManager[WorkerPool | None]:
+    """With several workers, a pool started at once (they import torch while the caller reads its spec); with
+    one, nothing: the runs train in the caller's process."""
+    return nullcontext() if workers == 1 else WorkerPool(workers)

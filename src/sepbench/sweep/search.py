@@ -1,8 +1,6 @@
 """The analysis the papers did by eye: the solved rule, learning-rate selection, smallest solving width, FLOPs."""
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Sequence
@@ -13,6 +11,7 @@ import pandas as pd
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.results import TRAINED
 from sepbench.store import Store
+from sepbench.sweep.cells import cell_key  # noqa: F401  (part of the search's API)
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
@@ -44,13 +43,6 @@ class SolvedRule:
 
     def __str__(self) -> str:
         return f"accuracy >= {self.threshold:g} in >= {self.k} of {self.m} seeds"
-
-
-def cell_key(config: RunConfig) -> str:
-    """Names a grid cell: the config without its seed and learning rate."""
-    data = config.identity("device", "seed")
-    data["train"].pop("lr")
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
@@ -171,6 +163,20 @@ class WidthSearch:
         """Failed widths under the smallest solving width found at ``length`` (all of them when none solved)."""
         found = self.smallest.get(length)
         return sorted(w for w in self.failed.get(length, {}) if found is None or w < found)
+
+    def left_out(self, widths: Sequence[int]) -> dict[int, str]:
+        """The lengths whose smallest width in the grid ``widths`` is not exact, so no growth fit may use them,
+        each with its reason: a failed width leaves it open, it is censored at the grid's smallest width, or no
+        width solved."""
+        lowest = min(widths)
+        return {n: "a failed width leaves it open" if self.undetermined_below(n) else
+                f"censored at the grid's smallest width {lowest}" if w == lowest else "no width solved"
+                for n, w in self.smallest.items() if w is None or w == lowest or self.undetermined_below(n)}
+
+    def exact(self, widths: Sequence[int]) -> dict[int, int]:
+        """The smallest widths a growth fit may use (length -> width): every length not ``left_out``."""
+        left = self.left_out(widths)
+        return {n: w for n, w in self.smallest.items() if n not in left}
 
 
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,

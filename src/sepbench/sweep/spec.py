@@ -105,6 +105,11 @@ class SweepSpec(StrictModel):
         keys += [".".join(qualify_key(k)) for group in self.zipped for k in group]
         return keys + ([LR_KEY] if self.lr_grid is not None else []) + [SEED_KEY]
 
+    def describe(self, config: RunConfig) -> str:
+        """``config``'s values on the sweep's axes, ``key=value`` each."""
+        flat = _flatten(config.model_dump(mode="json"))
+        return "  ".join(f"{key}={flat[key]}" for key in self.axes if key in flat)
+
     def points(self) -> list[dict[str, Any]]:
         """Every run as the overrides it applies to ``base``, in a stable order (case by case, seed fastest)."""
         shared: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.grid.items()]
@@ -159,3 +164,13 @@ class SweepSpec(StrictModel):
             except ConfigError as err:
                 raise ConfigError(f"{source}: base: {err}") from None
         return cls.build(data, source=source)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

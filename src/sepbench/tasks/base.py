@@ -10,8 +10,7 @@ import torch
 from pydantic import BaseModel
 
 from sepbench.config import NoOptions
-from sepbench.plugins import TASK_PLUGINS
-from sepbench.registry import Registry
+from sepbench.registry import TASKS  # noqa: F401  (tasks register here)
 
 
 @dataclass
@@ -112,5 +111,3 @@ class Task(ABC):
         """Per example: True iff the argmax of ``logits`` [B, T, V] is right at every scored position."""
         return self.correct_tokens(logits.argmax(-1), batch)
 
-
-TASKS: Registry[type[Task]] = Registry("task", TASK_PLUGINS)

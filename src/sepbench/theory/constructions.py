@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from sepbench.config import ModelConfig
+from sepbench.config import ConfigError, ModelConfig
 from sepbench.models import SequenceModel, build_model
 from sepbench.tasks import Task
 from sepbench.tasks.equality import EqOne, EqRandom, Equality
@@ -573,6 +573,21 @@ def memory_floor(name: str, length: int, code_width: int | None = None) -> int:
     if name == "nearest_neighbor":
         floor += 2 * length**2 * 8
     return floor
+
+
+def refuse_unfitting(name: str, lengths: Sequence[int], code_width: int | None = None) -> None:
+    """A ConfigError when the machine's free memory is below the construction's ``memory_floor`` at a length."""
+    from sepbench.train.memory import free_memory, gib
+
+    free = free_memory(torch.device("cpu"))
+    if free is None:
+        return
+    for n in lengths:
+        need = memory_floor(name, n, code_width)
+        if need > free:
+            raise ConfigError(f"{name} at N={n} needs at least {gib(need)} (position codes and tables"
+                              f"{', N x N scores' if name == 'nearest_neighbor' else ''}) but the machine has "
+                              f"{gib(free)} free; choose a smaller --length")
 
 
 def construct(name: str, length: int, code_width: int | None = None, seed: int = 0,

@@ -20,13 +20,14 @@ import numpy as np
 import torch
 
 from sepbench.config import RunConfig
+from sepbench.train.assessment import Assessment, Tally
 from sepbench.train.environment import code_version
 from sepbench.train.result import RunResult
 from sepbench.train.stopping import RunInterrupted, stop_requested
 
 if TYPE_CHECKING:
     from sepbench.train.group import _GroupRun, _Member
-    from sepbench.train.loop import Assessment, Trainer
+    from sepbench.train.loop import Trainer
 
 FORMAT = 1
 SOLO, MEMBER = "solo", "member"
@@ -59,7 +60,6 @@ def assessment_state(assessment: Assessment | None) -> dict[str, Any] | None:
 
 
 def restore_assessment(state: dict[str, Any] | None) -> Assessment | None:
-    from sepbench.train.loop import Assessment, Tally
     from sepbench.train.sequential import Interval
 
     if state is None:

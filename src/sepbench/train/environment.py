@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sepbench.config import ConfigError
+
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when present, else CPU; an explicit device must exist."""
@@ -41,7 +43,7 @@ def package_version() -> str:
     try:
         return metadata.version("sepbench")
     except metadata.PackageNotFoundError:
-        from sepbench import __version__
+        from sepbench._version import __version__
 
         return __version__
 
@@ -86,7 +88,7 @@ def default_threads(requested: int | None = None) -> int:
     """Intra-op threads for a run alone in its process: ``requested``, else $SEPBENCH_THREADS, else 1.
 
     One thread by default: a second one can at best halve a step on an idle machine, but on a shared machine
-    it made steps 3-15x slower (docs/sweeps.md, "Workers and threads").
+    it made steps 3-15x slower (docs/sweeps.md, "Workers and threads"). A bad count is a ConfigError.
     """
     if requested is None:
         text = os.environ.get(THREADS_ENV, "").strip()
@@ -95,7 +97,7 @@ def default_threads(requested: int | None = None) -> int:
         try:
             requested = int(text)
         except ValueError:
-            raise ValueError(f"{THREADS_ENV} must be a whole number of threads >= 1, got '{text}'") from None
+            raise ConfigError(f"{THREADS_ENV} must be a whole number of threads >= 1, got '{text}'") from None
     if requested < 1:
-        raise ValueError(f"intra-op threads must be >= 1, got {requested}")
+        raise ConfigError(f"intra-op threads must be >= 1, got {requested}")
     return requested

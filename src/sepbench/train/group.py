@@ -29,10 +29,11 @@ from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
 from sepbench.tasks import Batch
 from sepbench.train import checkpoint, stopping, watch
+from sepbench.train.assessment import Assessment
 from sepbench.train.checkpoint import Checkpoint
 from sepbench.train.environment import code_version, git_commit, package_version
 from sepbench.train.keeping import Keeping
-from sepbench.train.loop import Assessment, Trainer, lr_factor
+from sepbench.train.loop import Trainer, lr_factor
 from sepbench.train.result import RunResult
 
 STACKED_MIXERS = {"transformer", "sparse_transformer", "linear_transformer", "retnet", "dss", "lstm", "mamba"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -25,7 +24,8 @@ from sepbench.train.environment import (
 )
 from sepbench.train.keeping import Keeping
 from sepbench.train.memory import chunk_rows, memory_budget
-from sepbench.train.result import EvalInterval, EvalPoint, RunResult
+from sepbench.train.result import EvalPoint, RunResult
+from sepbench.train.assessment import Assessment, Tally, stored_interval
 from sepbench.train.sequential import Interval, clopper_pearson, run_looks
 
 TRAIN_STREAM, EVAL_STREAM = 0, 1
@@ -54,25 +54,6 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     if cfg.schedule == "linear":
         return max(0.0, 1.0 - progress)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-@dataclass
-class Tally:
-    """Running sums of one teacher-forced evaluation: the first ``examples`` rows, how many were right,
-    and the summed loss over their ``scored`` tokens."""
-
-    examples: int = 0
-    correct: int = 0
-    scored: int = 0
-    loss_sum: float = 0.0
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(1, self.scored)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / max(1, self.examples)
 
 
 @torch.no_grad()
@@ -130,26 +111,6 @@ def evaluate_sequential(model: SequenceModel, task: Task, batch: Batch, chunk: i
 
     interval = run_looks(count, len(batch), threshold, start=tally.examples)
     return tally, interval
-
-
-@dataclass
-class Assessment:
-    """One evaluation of the model: metrics by name, an accuracy interval per accuracy metric, and the
-    teacher-forced sums per evaluation length (so a later full evaluation can resume them)."""
-
-    metrics: dict[str, float]
-    intervals: dict[str, Interval] = field(default_factory=dict)
-    tallies: dict[int, Tally] = field(default_factory=dict)
-
-    def point(self, step: int, seconds: float) -> EvalPoint:
-        return EvalPoint(step=step, loss=self.metrics["loss"], accuracy=self.metrics["accuracy"], seconds=seconds,
-                         interval=stored_interval(self.intervals.get("accuracy")))
-
-
-def stored_interval(interval: Interval | None) -> EvalInterval | None:
-    if interval is None:
-        return None
-    return EvalInterval(n=interval.n, low=interval.low, high=interval.high, confidence=interval.confidence)
 
 
 class Trainer:

@@ -9,6 +9,7 @@ The softmax and linear classifiers differ only in exp versus identity.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated, Callable, Literal
 
 import pandas as pd
@@ -108,3 +109,14 @@ def run_learned(config: LearnedConfig, device: str | torch.device = "cpu",
             if on_result is not None:
                 on_result(rows[-1])
     return pd.DataFrame(rows)
+
+
+def write_learned(config: LearnedConfig, out_dir: Path, device: str | torch.device = "cpu",
+                  on_result: Callable[[dict[str, float]], None] | None = None) -> tuple[pd.DataFrame, Path]:
+    """``run_learned``, with its rows written to ``out_dir``/learned.csv; returns the rows and the file."""
+    frame = run_learned(config, device, on_result)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "learned.csv"
+    path.write_text("# learned one-layer classifiers on reconstructed R2 data (docs/softmax_vs_linear.md); settings ours\n"
+                    + frame.to_csv(index=False))
+    return frame, path

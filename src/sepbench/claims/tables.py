@@ -1,0 +1,85 @@
+"""What ``sepbench reproduce`` shows, as rows of text: the verdicts, the dry run's plan with its costs, a model's
+placement, and the shipped evidence beside one's own runs. The command line only lays them out."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sepbench.claims.evaluate import ClaimVerdict
+from sepbench.claims.placement import Placement
+from sepbench.claims.report import shown_verdict
+from sepbench.claims.reproduce import ClaimPlan
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.sweep.costs import Estimate, estimate
+
+
+def overridden(overrides: dict[str, Any]) -> str:
+    """``key=value, ...`` of the fields every run was overridden with."""
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def budget_text(scale: str, overrides: dict[str, Any]) -> str:
+    extra = f"; every run overridden with {overridden(overrides)}" if overrides else ""
+    return f"Scale: {scale} (budgets in each claim's specs: docs/reproduction.md){extra}."
+
+
+def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, str, str]]:
+    """Per claim: id, paper and place, each condition's verdict with its evidence, the verdict, the wall time."""
+    rows = []
+    for v in verdicts:
+        lines = []
+        for o in v.outcomes:
+            lines.append(f"{o.text}: {o.verdict}")
+            lines += [f"  {e}" for e in o.evidence]
+            lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
+        rows.append((v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
+                     f"{v.wall_seconds:.0f} s"))
+    return rows
+
+
+def beside_rows(shipped: Sequence[ClaimVerdict], mine: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, str]]:
+    """Per claim: id, the shipped verdict, one's own verdict and its first piece of evidence."""
+    return [(ours.claim.id, shown_verdict(ours), shown_verdict(yours),
+             "; ".join(o.evidence[0] for o in yours.outcomes if o.evidence) or "no runs")
+            for ours, yours in zip(shipped, mine)]
+
+
+@dataclass
+class DryRun:
+    """``reproduce --dry-run``: a row per claim (runs, stored, to train, core-hours, estimate), the distinct runs
+    still to train, their estimate in all, and the most core-seconds one claim needs."""
+
+    rows: list[tuple[str, str, str, str, str, str]]
+    configs: list[RunConfig]
+    total: Estimate
+    most_per_claim: float
+
+
+def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
+    """Estimate each claim's runs still to train, and all of them with runs shared by claims counted once."""
+    rows, every, known, claim_seconds = [], [], {}, {}
+    for p in plans:
+        if p.claim.kind == "theory":
+            rows.append((p.claim.id, "-", "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)"))
+            continue
+        every += p.todo
+        found = estimate(p.todo, store, known=known)
+        claim_seconds[p.claim.id] = found.seconds
+        rows.append((p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
+                     f"{found.seconds / 3600:.2f}", found.text(1)))
+    unique = list({cfg.config_hash(): cfg for cfg in every}.values())
+    return DryRun(rows, unique, estimate(unique, store, known=known), max(claim_seconds.values(), default=0.0))
+
+
+def placement_rows(placement: Placement) -> list[tuple[str, str, str, bool, str, str, str, str]]:
+    """Per cell: task, N, model-(layers, width), whether it is the added model, best lr, mean accuracy there,
+    seeds and the cell's verdict; the added model right after the catalogue's at each size."""
+    cells = placement.cells.assign(added=placement.cells.model == placement.model)
+    rows = []
+    for row in cells.sort_values(["task", "length", "layers", "width", "added", "model"]).itertuples():
+        accuracy = "-" if row.best_accuracy != row.best_accuracy else f"{row.best_accuracy:.3f}"
+        best_lr = "-" if row.best_lr != row.best_lr else f"{row.best_lr:g}"
+        rows.append((row.task, str(row.length), f"{row.model}-({row.layers}, {row.width})", bool(row.added),
+                     best_lr, accuracy, str(row.seeds), row.verdict))
+    return rows

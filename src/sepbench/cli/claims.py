@@ -1,0 +1,245 @@
+"""``sepbench reproduce``: every claim of the papers as a verdict, its plan and costs, or a model placed beside."""
+from __future__ import annotations
+
+import signal
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from sepbench.cli.app import bad_input_exits, err, interrupted, out, say, warn
+from sepbench.cli.options import (
+    checkpoints_option, group_size_option, retry_failed_option, store_option, tensorboard_option, use_folders,
+)
+from sepbench.config import ConfigError, parse_assignments
+
+
+class ClaimScale(str, Enum):
+    quick = "quick"
+    cpu = "cpu"
+    paper = "paper"
+
+
+def reproduce(
+    paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
+    claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, about an hour per claim "
+                                     "on 2 CPU cores), cpu (the lengths the papers name, <= 6 core-hours per claim) "
+                                     "or paper (the paper's protocol)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time"),
+    assignments: list[str] = typer.Option([], "--set", help="override a field of every run: section.key=value "
+                                          "(changes the runs, e.g. train.steps=20 for a smoke test)"),
+    list_only: bool = typer.Option(False, "--list", help="print the catalogue and exit"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the runs still to train and an estimate of the time"),
+    retry_failed: bool = retry_failed_option(),
+    group_size: Optional[int] = group_size_option(),
+    with_model: Optional[str] = typer.Option(None, "--with-model", help="a model (package.module:Class, a plugin's "
+                                             "or a built-in name) to run on the claims' specs and place in a table "
+                                             "beside the catalogue's stored runs, instead of judging the claims"),
+    checkpoints: Optional[Path] = checkpoints_option(),
+    tensorboard: Optional[Path] = tensorboard_option(),
+    evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
+                                  "training nothing; with --store, your stored runs are judged beside it"),
+    evidence_dir: Path = typer.Option(Path("evidence"), "--evidence-dir", help="the evidence folder: "
+                                      "<dir>/<scale>/<claim>.jsonl"),
+    write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
+                                        "(or check result) to --evidence-dir as JSON lines"),
+) -> None:
+    """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
+
+    Rerun the same command to resume; stored runs are reused. Verdicts (reproduced, not reproduced, inconclusive)
+    are computed from the runs by the rule each claim states (see --list and docs/reproduction.md). With
+    --with-model, only that model's runs are trained and shown beside the catalogue's stored runs (no verdict).
+    """
+    from sepbench.claims import select
+    from sepbench.claims.reproduce import judge, plan_claim
+    from sepbench.claims.tables import budget_text
+    from sepbench.store import Store
+    from sepbench.sweep import Reuse
+    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.stopping import stopping_runs_on
+
+    started = time.time()
+    reuse = Reuse(retry_failed=retry_failed)
+    with bad_input_exits():
+        use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
+        claims = select(paper, claim_ids)
+        overrides = parse_assignments(assignments)
+        if evidence and (overrides or dry_run or write_evidence):
+            raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
+                              "--store, --evidence-dir (not --set, --dry-run or --write-evidence)")
+        if evidence:
+            _from_evidence(claims, scale.value, evidence_dir, store)
+            return
+        db = Store(store)
+        plans = [plan_claim(c, scale.value, db, overrides, reuse) for c in claims] if not list_only else []
+        if not list_only and not dry_run:
+            db.check_writable()
+    if list_only:
+        _print_catalogue(claims, scale.value)
+        return
+    if with_model is not None:
+        _place_model(claims, with_model, scale.value, db, overrides, workers, reuse, group_size, dry_run, started)
+        return
+    if dry_run:
+        _print_plan(plans, db, workers, scale.value)
+        return
+    verdicts = []
+    todo = sum(len(p.todo) for p in plans)
+    say(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}")
+    before = db.config_hashes()
+    progress = SweepProgress("reproduce", todo, err)
+    try:
+        with stopping_runs_on(signal.SIGINT), progress:
+            for claim in claims:
+                verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
+                                      reuse=reuse, group_size=group_size))
+    except KeyboardInterrupt:
+        interrupted(f"{len(finished_runs(progress.finished, before, db))} runs finished and stored in {db.path}", db,
+                    started)
+    _print_verdicts(verdicts, scale.value, overrides)
+    from sepbench.claims.report import write
+
+    page = write(verdicts, out_dir, budget_text(scale.value, overrides))
+    say(f"wrote {page} with {len(verdicts)} figures")
+    if write_evidence:
+        from sepbench.claims import evidence as shipped
+
+        for claim in claims:
+            path, count = shipped.write(claim, scale.value, db, evidence_dir, overrides)
+            say(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}")
+
+
+def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
+    """The verdict table from the shipped evidence, and, with ``store``, the verdicts of one's own runs beside it."""
+    from sepbench.claims.report import tally
+    from sepbench.claims.reproduce import judge_shipped
+    from sepbench.claims.tables import beside_rows
+
+    judged = judge_shipped(claims, scale, evidence_dir, store)
+    say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained); "
+        f"{len(judged.missing)} of {len(claims)} claims have none")
+    _print_verdicts(judged.verdicts, scale, {})
+    if judged.mine is not None:
+        table = Table(title=f"shipped evidence beside {store}")
+        for column in ("claim", "shipped", "yours", "your evidence"):
+            table.add_column(column, no_wrap=column == "claim")
+        for row in beside_rows(judged.verdicts, judged.mine):
+            table.add_row(*row)
+        out.print(table)
+        say(f"yours: {tally(judged.mine)}")
+
+
+def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: int, reuse,
+                 group_size: int | None, dry_run: bool, started: float) -> None:
+    """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands."""
+    from sepbench.claims.placement import added_model_configs, place
+    from sepbench.sweep import plan
+    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep.progress import SweepProgress
+
+    sweeps = [c for c in claims if c.kind == "sweep"]
+    for claim in claims:
+        if claim.kind == "theory":
+            warn(f"note: {claim.id} is a theory claim (check {claim.check}); it has no runs to place {model} on")
+    with bad_input_exits():
+        added = {c.id: added_model_configs(c, scale, model, overrides) for c in sweeps}
+        todo = sum(len(plan(configs, db, reuse).todo) for configs in added.values())
+        if not dry_run:
+            db.check_writable()
+    out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
+              f"to train in {db.path}; the catalogue's models are not trained, their stored runs are shown",
+              highlight=False, soft_wrap=True, markup=False)
+    if dry_run:
+        return
+    progress = SweepProgress("reproduce --with-model", todo, err)
+    before = db.config_hashes()
+    placements = []
+    try:
+        with progress:
+            for claim in sweeps:
+                placements.append(place(claim, scale, db, model, overrides, workers=workers,
+                                        on_result=progress.advance, reuse=reuse, group_size=group_size))
+    except KeyboardInterrupt:
+        interrupted(f"{len(finished_runs(progress.finished, before, db))} runs finished", db, started)
+    for placement in placements:
+        _print_placement(placement, scale)
+
+
+def _print_placement(placement, scale: str) -> None:
+    from sepbench.claims.tables import placement_rows
+
+    claim = placement.claim
+    table = Table(title=f"{claim.id} ({claim.paper}, {claim.where}), {scale} scale: {placement.model} beside the "
+                        "catalogue's models")
+    for column in ("task", "N", "model", "best lr", "accuracy", "seeds", "cell"):
+        table.add_column(column, no_wrap=column != "model")
+    for task, length, name, added, *rest in placement_rows(placement):
+        table.add_row(task, length, Text(name, style="bold" if added else ""), *rest)
+    out.print(f"claim: {claim.text}", highlight=False, soft_wrap=True, markup=False)
+    out.print(table)
+    rule = placement.rule
+    say(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
+        f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.")
+    if placement.catalogue_missing:
+        warn(f"note: {placement.catalogue_missing} runs of the catalogue's models for {claim.id} are not in the "
+             f"store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
+             "trains them)")
+    if placement.added_missing:
+        warn(f"note: {placement.added_missing} runs of {placement.model} are not in the store")
+
+
+def _print_catalogue(claims, scale: str) -> None:
+    """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
+    for claim in claims:
+        runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
+        beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
+        say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
+        out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
+        if claim.note:
+            out.print(f"  note: {claim.note}", highlight=False, soft_wrap=True, markup=False)
+        for condition in claim.conditions:
+            out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
+        say(f"  verdicts need >= {claim.min_seeds} seeds per group")
+
+
+def _print_plan(plans, db, workers: int, scale: str) -> None:
+    from sepbench.claims.tables import dry_run
+
+    planned = dry_run(plans, db)
+    table = Table(title=f"reproduce --dry-run ({scale} scale)")
+    table.add_column("claim", no_wrap=True)
+    for column in ("runs", "stored", "to train", "core-hours", "estimate"):
+        table.add_column(column)
+    for row in planned.rows:
+        table.add_row(*row)
+    out.print(table)
+    for cfg in planned.configs:
+        say(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
+            f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}")
+    say(f"{len(planned.configs)} runs to train: {planned.total.text(workers)}")
+    say(f"core-hours (one run on one core, every step, no early stop; runs shared by claims counted once in the "
+        f"total): {planned.total.seconds / 3600:.2f} in all; per claim at most {planned.most_per_claim / 3600:.2f}")
+
+
+def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
+    from sepbench.claims.report import tally
+    from sepbench.claims.tables import overridden, verdict_rows
+
+    table = Table(title=f"reproduction, {scale} scale" + (f" (overridden: {overridden(overrides)})" if overrides else ""))
+    table.add_column("claim", no_wrap=True)
+    table.add_column("where")
+    table.add_column("evidence")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("wall", no_wrap=True)
+    for row in verdict_rows(verdicts):
+        table.add_row(*row)
+    out.print(table)
+    say(tally(verdicts))

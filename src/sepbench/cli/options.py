@@ -1,0 +1,146 @@
+"""Options several commands share, and the parsing of what they are given."""
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import typer
+from pydantic import ValidationError
+
+from sepbench.cli.app import err
+from sepbench.config import ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments
+
+T = TypeVar("T")
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def store_option(help: str = "SQLite store [default: ./sepbench.db]"):
+    return typer.Option(None, envvar="SEPBENCH_STORE", help=help)
+
+
+def retry_failed_option():
+    return typer.Option(False, "--retry-failed", help="train again the runs stored as failed")
+
+
+def group_size_option():
+    return typer.Option(None, "--group-size", min=1, help="runs of one cell (seeds, lrs) trained stacked in one "
+                        "worker [default: per device, 1 on CPU; see docs/sweeps.md]")
+
+
+def data_cache_option():
+    return typer.Option(None, "--data-cache", envvar="SEPBENCH_DATA_CACHE",
+                        help="folder where fixed CoT data sets (train.data: fixed) are kept for later runs "
+                             "[default: none, each run draws its own]")
+
+
+def checkpoints_option():
+    return typer.Option(None, "--checkpoints", envvar="SEPBENCH_CHECKPOINTS",
+                        help="folder for the checkpoints of runs in training (every worker must reach it) "
+                             "[default: the store path plus .checkpoints]")
+
+
+def tensorboard_option():
+    return typer.Option(None, "--tensorboard", envvar="SEPBENCH_TENSORBOARD",
+                        help="folder for TensorBoard scalars of every run as it trains, one sub-folder a run "
+                             "(needs sepbench[tensorboard]) [default: none]")
+
+
+def packaged_config(path: Path) -> Path:
+    """``path`` if it exists here, else the packaged config it names (said in one line on stderr)."""
+    from sepbench.configs import locate
+
+    found, is_packaged = locate(path)
+    if is_packaged:
+        err.print(f"{path} is not in {Path.cwd()}; using the packaged {found}", markup=False, highlight=False,
+                  soft_wrap=True)
+    return found
+
+
+def build_run_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> RunConfig:
+    """Defaults < config file < explicit flags < --set assignments."""
+    return RunConfig.build(base_config(config_file, flags, assignments))
+
+
+def base_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> dict:
+    """The config file's data (packaged configs found by name), then the flags given, then --set assignments."""
+    data = load_yaml(packaged_config(config_file)) if config_file else {}
+    data = apply_overrides(data, {k: v for k, v in flags.items() if v is not None})
+    return apply_overrides(data, parse_assignments(assignments))
+
+
+def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag} expects comma-separated integers, got '{text}'") from None
+    if at_least_one and not values:
+        raise ConfigError(f"{flag} expects at least one integer")
+    return values
+
+
+def parse_lengths(text: str, flag: str = "--eval-lengths") -> list[int]:
+    return parse_ints(text, flag)
+
+
+def given_lengths(length: int | None, lengths: str | None) -> list[int]:
+    """``--lengths N1,N2,...`` or ``--length N``; one of them is needed."""
+    sizes = parse_lengths(lengths, "--lengths") if lengths else [length] if length else []
+    if not sizes:
+        raise ConfigError("give --length N or --lengths N1,N2,...")
+    return sizes
+
+
+def parse_lrs(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'")
+    return values
+
+
+def model_call(what: str, call: Callable[[], T]) -> T:
+    """Run ``call``; a bad model size becomes a ConfigError naming ``what``."""
+    try:
+        return call()
+    except ValidationError as problem:
+        raise ConfigError(f"{what}: {describe_validation_error(problem)}") from None
+    except ValueError as problem:
+        raise ConfigError(f"{what}: {problem}") from None
+
+
+def use_folders(data_cache: Path | None = None, checkpoints: Path | None = None,
+                tensorboard: Path | None = None) -> None:
+    """``--data-cache``, ``--checkpoints`` and ``--tensorboard`` for this process and the workers it starts, as
+    absolute paths (docs/cot_tasks.md, docs/sweeps.md)."""
+    from sepbench.extras import require
+    from sepbench.store import CHECKPOINTS_ENV
+    from sepbench.train.data_cache import CACHE_ENV
+    from sepbench.train.watch import TENSORBOARD_ENV
+
+    _folder_for_workers(data_cache, CACHE_ENV, "--data-cache")
+    if tensorboard is not None:
+        require("tensorboard", "tensorboard", "--tensorboard")
+    _folder_for_workers(checkpoints, CHECKPOINTS_ENV, "--checkpoints")
+    _folder_for_workers(tensorboard, TENSORBOARD_ENV, "--tensorboard")
+
+
+def _folder_for_workers(folder: Path | None, variable: str, flag: str) -> None:
+    """Create ``folder`` (given as ``flag``) and name it, absolute, in ``variable``; nothing when it is None."""
+    if folder is None:
+        return
+    folder = folder.expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise ConfigError(f"{flag} {folder} cannot be used as a folder ({problem.strerror}); give a "
+                          "writable folder") from None
+    os.environ[variable] = str(folder.resolve())

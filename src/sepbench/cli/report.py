@@ -1,0 +1,46 @@
+"""``sepbench report``: the HTML report and its figures from the stored runs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from sepbench.cli.app import bad_input_exits, say, warn
+from sepbench.cli.options import store_option
+from sepbench.config import ConfigError
+
+
+def report(
+    out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.{png,svg,json}, min_flops.csv"),
+    store: Optional[Path] = store_option(),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many"),
+    flops_threshold: float = typer.Option(0.9, help="threshold of the min-FLOPs table (Yang et al. 2024, Table 2)"),
+) -> None:
+    """Write a self-contained HTML report and every figure as PNG and SVG from the stored runs."""
+    from sepbench.extras import require
+    from sepbench.store import Store
+    from sepbench.sweep.search import SolvedRule
+
+    with bad_input_exits():
+        require("matplotlib", "report", "sepbench report")
+        from sepbench.report import write_report
+
+        try:
+            rule, flops_rule = SolvedRule(threshold, k, m), SolvedRule(flops_threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
+        db = Store(store)
+        if not db.path.exists():
+            raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
+        results, random_networks = db.results(), db.query_softmax_vs_linear()
+    for key, reason in db.unreadable:
+        warn(f"warning: stored run {key} cannot be read and is left out ({reason})")
+    outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
+                           random_networks=random_networks)
+    say(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})")
+    say(f"open {outcome.page.resolve()}")

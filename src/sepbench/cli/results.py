@@ -1,0 +1,151 @@
+"""``sepbench results``: the stored runs as a table of cells or runs, as CSV, JSON or Parquet, or those training."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from sepbench.cli.app import bad_input_exits, out, print_whole, warn
+from sepbench.cli.options import store_option
+from sepbench.config import ConfigError
+
+
+class ResultsFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+RUN_VIEW = {"config_hash": "config hash", "task": "task", "model": "model", "length": "N", "layers": "layers",
+            "width": "width", "lr": "lr", "seed": "seed", "status": "status"}
+CELL_VIEW = {"cell": "cell", "task": "task", "model": "model", "length": "N", "layers": "layers", "width": "width",
+             "lr": "lr", "runs": "runs", "seeds": "seeds"}
+
+
+def results(
+    store: Optional[Path] = store_option(),
+    output: ResultsFormat = typer.Option(ResultsFormat.table, "--format", help="table, csv, json or parquet"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="write csv, json or parquet to this file "
+                                            "[default: stdout; parquet needs it]"),
+    task: Optional[str] = typer.Option(None, help="only this task"),
+    model: Optional[str] = typer.Option(None, help="only this model"),
+    by_seed: bool = typer.Option(False, "--by-seed", help="one row per run instead of one per cell over seeds"),
+    threshold: float = typer.Option(0.99, help="final accuracy a run needs to count as solved in a cell's k/m"),
+    running: bool = typer.Option(False, "--running", help="the runs in training instead: step, latest accuracy, ETA"),
+) -> None:
+    """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
+    or one row per run with --by-seed; or, with --running, the runs in training."""
+    from sepbench.results import run_rows, running_rows, seed_cells, write_frame
+    from sepbench.store import Store
+
+    with bad_input_exits():
+        db = Store(store)
+        if not db.path.exists():
+            raise FileNotFoundError(f"no store at {db.path}; run `sepbench run` or `sepbench sweep` first, or pass "
+                                    "--store PATH")
+        if not 0 < threshold <= 1:
+            raise ConfigError(f"--threshold must be in (0, 1], got {threshold}")
+        if output is ResultsFormat.parquet and out_file is None:
+            raise ConfigError("--format parquet needs --out FILE")
+        if output is ResultsFormat.table and out_file is not None:
+            raise ConfigError("--out writes csv, json or parquet; add --format csv, json or parquet")
+        if out_file is not None and out_file.is_dir():
+            raise ConfigError(f"--out must be a file, but {out_file} is a directory")
+        where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
+        if running:
+            chosen = [r for r in db.running() if task in (None, r.result.config.task.name)
+                      and model in (None, r.result.config.model.name)]
+            frame = running_rows(chosen)
+            if output is not ResultsFormat.table:
+                write_frame(frame, output.value, out_file)
+            else:
+                _print_running(frame, db.path)
+            return
+        runs = run_rows(db.results(**where))
+    if runs.empty:
+        matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
+        warn(f"no {matching} in {db.path} ({len(db)} runs stored)")
+        raise typer.Exit(1)
+    runs = runs.sort_values(["task", "model", "layers", "width", "length", "lr", "seed"], kind="stable",
+                            ignore_index=True)
+    frame = runs if by_seed else seed_cells(runs, threshold)
+    if output is ResultsFormat.table:
+        _print_results(frame, runs, by_seed, threshold, db.path)
+        return
+    with bad_input_exits():
+        write_frame(frame, output.value, out_file)
+    if out_file is not None:
+        unit = "runs" if by_seed else f"cells ({len(runs)} runs)"
+        warn(f"wrote {len(frame)} {unit} to {out_file}")
+
+
+def _print_running(frame, path: Path) -> None:
+    if frame.empty:
+        out.print(f"no runs in training in {path}", markup=False, highlight=False, soft_wrap=True)
+        return
+    table = Table()
+    for header in ("config hash", "task", "model", "N", "layers", "width", "lr", "seed", "step", "accuracy",
+                   "seconds", "ETA", "state", "updated"):
+        table.add_column(header, no_wrap=True)
+    seconds = lambda value: "-" if value != value else f"{value:.0f} s"  # noqa: E731 - NaN before a first evaluation
+    for row in frame.itertuples(index=False):
+        table.add_row(row.config_hash, row.task, row.model, str(row.length), str(row.layers), str(row.width),
+                      f"{row.lr:g}", str(row.seed), f"{row.step}/{row.steps}", _cell_text(row.accuracy, "accuracy"),
+                      seconds(row.seconds), seconds(row.eta_seconds), row.state, row.updated_at)
+    print_whole(table)
+    out.print(f"{len(frame)} runs in training in {path}; ETA at each run's mean step time so far (an early stop "
+              "ends a run sooner); a stopped run resumes from its checkpoint when its command runs again",
+              markup=False, highlight=False, soft_wrap=True)
+
+
+def _cell_text(value: object, column: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if column.startswith("accuracy") or column.endswith("_mean") else f"{value:.6g}"
+    return str(value)
+
+
+def _note(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> None:
+    """A table whose every column shows whole values: the console grows to the table's width when it must."""
+    from sepbench.results import NOT_TRAINED, metric_columns, not_trained_text
+
+    metrics = metric_columns(runs)
+    if by_seed:
+        view = {**RUN_VIEW, **{m: m for m in metrics}, "steps": "steps", "parameters": "parameters",
+                "state_floats": "state floats"}
+        rows = [[_cell_text(row[c], c) for c in view] + [_note(row["error"])] for _, row in frame.iterrows()]
+        headers = [*view.values(), "error"]
+    else:
+        view = {**CELL_VIEW, "solved": "solved", "accuracy_mean": "accuracy mean", "accuracy_min": "min",
+                "accuracy_max": "max", "loss_mean": "loss mean",
+                **{f"{m}_mean": f"{m} mean" for m in metrics if m not in ("accuracy", "loss")},
+                "parameters": "parameters", "state_floats": "state floats"}
+        rows = [[f"{row.solved}/{row.trained}" if c == "solved" else _cell_text(row[c], c) for c in view]
+                + [": ".join(filter(None, [not_trained_text(row), _note(row.errors)]))] for _, row in frame.iterrows()]
+        headers = [*view.values(), "not trained"]
+    table = Table()
+    for i, header in enumerate(headers):
+        last = i == len(headers) - 1
+        whole = max(len(header), *(len(row[i]) for row in rows))
+        table.add_column(header, no_wrap=not last, overflow="fold", min_width=min(whole, 60) if last else whole,
+                         justify="left" if last or i < 3 else "right")
+    for row in rows:
+        table.add_row(*(Text(v) for v in row))
+    print_whole(table)
+    if by_seed:
+        summary = f"{len(frame)} runs in {path}"
+    else:
+        summary = (f"{len(frame)} cells ({len(runs)} runs) in {path}; solved = k/m trained seeds with final accuracy "
+                   f">= {threshold:g}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
+                   "--by-seed for one row per run")
+    out.print(summary, markup=False, highlight=False, soft_wrap=True)

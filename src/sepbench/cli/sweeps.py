@@ -1,0 +1,269 @@
+"""Commands that train many runs: a sweep spec's grid, and the search for the smallest solving width."""
+from __future__ import annotations
+
+import signal
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from sepbench.cli.app import BAD_INPUT, bad_input_exits, err, exit_on_failures, interrupted, out, say, warn
+from sepbench.cli.options import (
+    base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
+    retry_failed_option, store_option, tensorboard_option, use_folders,
+)
+from sepbench.config import ConfigError, RunConfig, apply_overrides
+
+
+class SweepBackend(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+def sweep(
+    spec_file: Path = typer.Argument(..., help="YAML sweep spec (name, base, grid, zip, seeds, lr_grid, lr_search)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time (processes, or Ray CPUs on a local instance)"),
+    backend: SweepBackend = typer.Option(SweepBackend.local, help="local: a process pool; ray: one Ray task per run"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
+    store: Optional[Path] = store_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
+    device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+    retry_failed: bool = retry_failed_option(),
+    retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
+    force: bool = typer.Option(False, "--force", help="train every run again, stored or not"),
+    group_size: Optional[int] = group_size_option(),
+    data_cache: Optional[Path] = data_cache_option(),
+    checkpoints: Optional[Path] = checkpoints_option(),
+    tensorboard: Optional[Path] = tensorboard_option(),
+) -> None:
+    """Run every run of a sweep spec that the store does not hold yet; rerun the same command to resume.
+
+    Exits 1 when any run of the sweep is failed (now or stored earlier), listing each with its reason.
+    Ctrl-C stops the sweep within a second or two (workers are terminated); finished runs stay stored and the
+    runs in training save checkpoints that the same command resumes from.
+    """
+    from sepbench.store import Store
+    from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
+    from sepbench.sweep.grouped import default_group_size
+    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep.pool import warm_pool
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.environment import default_threads
+    from sepbench.train.stopping import stopping_runs_on
+
+    started = time.time()
+    with bad_input_exits():
+        use_folders(data_cache, checkpoints, tensorboard)
+    reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
+    db = Store(store)
+    todo = progress = None
+    before: set[str] = set()
+    try:
+        with stopping_runs_on(signal.SIGINT), \
+                warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
+            with bad_input_exits():
+                spec = SweepSpec.from_yaml(packaged_config(spec_file))
+                if device is not None:
+                    spec.base = apply_overrides(spec.base, {"device": device})
+                configs = spec.expand()
+                threads = default_threads()
+                if not dry_run:
+                    db.check_writable()
+                todo = plan(configs, db, reuse, halving=spec.lr_search == "halving")
+                before = db.config_hashes()
+            if group_size is None:
+                group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
+            how = f", groups of up to {group_size}" if group_size > 1 else ""
+            if spec.lr_search == "halving":
+                how = ", by successive halving: the worse learning rates stop early"
+            say(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
+                f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})")
+            _say_reused(todo)
+            if dry_run:
+                for cfg in todo.todo:
+                    say(f"{cfg.config_hash()}  {spec.describe(cfg)}")
+                return
+            if pool is not None and (spec.lr_search == "halving" or group_size > 1):
+                pool.close()  # halving and stacked sweeps run their own worker processes
+                pool = None
+            if spec.lr_search == "halving":
+                halved = _sweep_by_halving(spec, configs, db, workers, backend)
+                exit_on_failures({**todo.failed_kept, **{r.config_hash: r.error or "no reason stored"
+                                                         for r in halved if r.status == "failed"}}, "sweep")
+                return
+            with SweepProgress(spec.name, len(todo.todo), err) as progress:
+                try:
+                    outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
+                                        on_result=progress.advance, reuse=reuse, group_size=group_size, pool=pool,
+                                        threads=threads)
+                except RuntimeError as problem:
+                    warn(f"error: {problem}")
+                    raise typer.Exit(BAD_INPUT) from None
+    except KeyboardInterrupt:
+        total = len(todo.todo) if todo is not None else 0
+        planned = {cfg.config_hash() for cfg in todo.todo} if todo is not None else set()
+        reported = progress.finished if progress is not None else set()
+        interrupted(f"{len(finished_runs(reported, before, db, planned))} of {total} runs finished and stored in "
+                    f"{db.path}", db, started)
+    failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
+    say(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
+        f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}")
+    exit_on_failures({**todo.failed_kept, **failed}, "sweep")
+
+
+def _say_reused(todo) -> None:
+    if todo.stale_kept:
+        warn(f"note: {todo.stale_kept} stored runs came from other code than this one; they are reused "
+             "(--retrain-stale trains them again)")
+    if todo.failed_kept:
+        warn(f"note: {len(todo.failed_kept)} stored runs are failed and are not retried "
+             "(--retry-failed trains them again)")
+
+
+def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend: SweepBackend) -> list:
+    """``lr_search: halving``: successive halving per cell on local processes (one cell per worker)."""
+    from sepbench.sweep.executors import unstored
+    from sepbench.sweep.halving import run_halving
+    from sepbench.sweep.progress import SweepProgress
+
+    if backend != SweepBackend.local:
+        warn("error: lr_search: halving runs on the local backend only; use --backend local")
+        raise typer.Exit(BAD_INPUT)
+    todo = unstored(configs, db)
+    with SweepProgress(spec.name, len(todo), err) as progress:
+        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance)
+    pruned = sum(r.status == "pruned" for r in outcome.results)
+    say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
+        f"stored in {outcome.seconds:.1f} s, {pruned} pruned, {len(outcome.failed)} failed or diverged, "
+        f"{outcome.steps} steps trained of {sum(c.train.steps for c in todo)} a full grid would take at most; "
+        f"{len(db)} runs in {db.path}")
+    return outcome.results
+
+
+class LrSearch(str, Enum):
+    grid = "grid"
+    halving = "halving"
+
+
+def minwidth(
+    task: str = typer.Option(..., help="task name (see `sepbench tasks`)"),
+    model: str = typer.Option(..., help="model name (see `sepbench models`)"),
+    lengths: str = typer.Option(..., help="task sizes N, comma-separated"),
+    widths: str = typer.Option(..., help="width grid to search, comma-separated"),
+    layers: Optional[int] = typer.Option(None, help="number of blocks"),
+    steps: Optional[int] = typer.Option(None, help="training steps per run"),
+    threshold: float = typer.Option(0.99, help="accuracy a seed must reach"),
+    k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
+    m: int = typer.Option(3, "--m", help="... out of this many (seeds 0..m-1)"),
+    workers: int = typer.Option(1, min=1, help="runs at the same time"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    store: Optional[Path] = store_option(),
+    config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
+    assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
+    resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
+    retry_failed: bool = retry_failed_option(),
+    retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
+    force: bool = typer.Option(False, "--force", help="train every run the search visits again"),
+    lrs: Optional[str] = typer.Option(None, help="learning rates tried at each width, comma-separated"),
+    lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
+    eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
+    data_cache: Optional[Path] = data_cache_option(),
+    checkpoints: Optional[Path] = checkpoints_option(),
+    tensorboard: Optional[Path] = tensorboard_option(),
+) -> None:
+    """Smallest width that solves the task at each length (bisection, reusing stored runs), and its growth law.
+
+    A width whose runs failed (out of memory, a crash) shows as failed, never as unsolved; the command then
+    exits 1.
+    """
+    from sepbench.store import Store
+    from sepbench.sweep import Reuse
+    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep.pool import warm_pool
+    from sepbench.train.environment import default_threads
+    from sepbench.train.stopping import stopping_runs_on
+
+    started = time.time()
+    with bad_input_exits():
+        use_folders(data_cache, checkpoints, tensorboard)
+    db = Store(store)
+    before = db.config_hashes()
+    progress = None
+    try:
+        with stopping_runs_on(signal.SIGINT), warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
+            from sepbench.sweep.progress import SweepProgress
+            from sepbench.sweep.search import SolvedRule, search_min_width
+
+            with bad_input_exits():
+                try:
+                    rule = SolvedRule(threshold, k, m)
+                except ValueError as problem:
+                    raise ConfigError(str(problem)) from None
+                grid_lengths = parse_ints(lengths, "--lengths", at_least_one=True)
+                grid_widths = parse_ints(widths, "--widths", at_least_one=True)
+                grid_lrs = parse_lrs(lrs) if lrs is not None else None
+                if lr_search == LrSearch.halving and not grid_lrs:
+                    raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
+                if eta <= 1:
+                    raise ConfigError(f"--eta must be > 1, got {eta:g}")
+                flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
+                         "device": device}
+                base = base_config(config, flags, assignments)
+                for n in grid_lengths:
+                    for w in grid_widths:
+                        RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+                threads = default_threads()
+                db.check_writable()
+            most_visited = len(set(grid_widths)).bit_length()
+            progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
+                                     err, live=False)
+            reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
+            search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
+                                      on_result=progress.advance, reuse=reuse, lrs=grid_lrs,
+                                      lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
+    except KeyboardInterrupt:
+        reported = progress.finished if progress is not None else set()
+        interrupted(f"{len(finished_runs(reported, before, db))} runs finished and stored in {db.path}", db, started)
+    cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
+    depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
+    tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
+    _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {rule}{tuned}", grid_widths,
+                  resamples)
+    say(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}")
+    exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
+                      for w, reason in widths_.items()}, "width search")
+
+
+def _print_search(search, title: str, grid_widths: list[int], resamples: int) -> None:
+    """The smallest width per length with the widths evaluated, and the growth laws fitted to the exact ones."""
+    from sepbench.sweep.search import MIN_FIT_POINTS, fit_log_law, fit_power_law
+
+    table = Table(title=title)
+    table.add_column("length N", justify="right")
+    table.add_column("smallest width", justify="right")
+    table.add_column("widths evaluated")
+    for n, w in search.smallest.items():
+        failed = search.failed.get(n, {})
+        tried = ", ".join(f"{x}:{'solved' if ok else 'failed' if x in failed else 'no'}"
+                          for x, ok in sorted(search.checked[n].items()))
+        open_below = search.undetermined_below(n)
+        found = "none in grid" if w is None else str(w)
+        if open_below:
+            found = f"{found} (width {', '.join(map(str, open_below))} failed: undetermined)"
+        table.add_row(str(n), found, tried)
+    out.print(table)
+    for n, reason in search.left_out(grid_widths).items():
+        say(f"left out of the fits: N={n} ({reason})")
+    determined = search.exact(grid_widths)
+    if len(determined) < MIN_FIT_POINTS:
+        say(f"no fit: a growth law needs an exact smallest width at >= {MIN_FIT_POINTS} lengths, "
+            f"got {len(determined)}")
+        return
+    power, log = fit_power_law(determined, resamples=resamples), fit_log_law(determined)
+    say(f"width ~ c * N^alpha: alpha = {power.alpha:.3f}, {power.level:.0%} bootstrap CI "
+        f"[{power.alpha_low:.3f}, {power.alpha_high:.3f}] ({power.resamples} resamples), c = {power.c:.3g}, "
+        f"rmse = {power.rmse:.3g}")
+    say(f"width ~ a + b * log N: a = {log.a:.3g}, b = {log.b:.3g}, rmse = {log.rmse:.3g}")

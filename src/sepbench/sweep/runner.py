@@ -1,0 +1,111 @@
+"""One run to a result, and the one interface every way of running a sweep's runs implements.
+
+The executors (inline, a pool of warm workers, Ray; each alone or in stacked groups) sit above this module and
+share what it holds: the failed result of a run that raised or whose worker was lost, the Ray connection, and
+the way a parent keeps Ctrl-C to itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import traceback
+from datetime import datetime, timezone
+from typing import Callable, Iterator, Protocol
+
+from sepbench.config import RunConfig
+from sepbench.store import Store
+from sepbench.train.keeping import Keeping
+from sepbench.train.result import RunResult
+
+OnResult = Callable[[RunResult], None]
+
+
+class Executor(Protocol):
+    """Runs ``configs``: each result is stored in ``store`` and then handed to ``on_result`` as it finishes.
+    Ctrl-C stops the runs in flight and propagates as KeyboardInterrupt; finished runs stay stored."""
+
+    def __call__(self, configs: list[RunConfig], store: Store, on_result: OnResult) -> None: ...
+
+
+def failed_result(config: RunConfig, error: BaseException, kind: str | None = None) -> RunResult:
+    """A run that raised: recorded with its error so the sweep goes on and the grid shows the hole."""
+    from sepbench.train.environment import code_version, package_version
+
+    last = traceback.format_exception_only(type(error), error)[-1].strip()
+    return RunResult(config=config, config_hash=config.config_hash(), status="failed",
+                     error=f"{kind}: {error}" if kind else last, version=package_version(),
+                     code_version=code_version(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult:
+    """The failed result of a run whose worker was lost; it says when the run's checkpoint is kept to resume from."""
+    result = failed_result(config, error)
+    if (store.checkpoints / f"{result.config_hash}.pt").exists():
+        result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
+    return result
+
+
+def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
+    """Train one run, keeping its progress as ``keeping`` says; a run that cannot fit, or raises, becomes a
+    'failed' result instead of ending the sweep."""
+    from sepbench.train import train
+    from sepbench.train.environment import resolve_device
+    from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
+
+    try:
+        check_memory(config, resolve_device(config.device))
+        return train(config, progress=False, keeping=keeping)
+    except MemoryRefused as error:
+        return failed_result(config, error, "out of memory (estimated before training)")
+    except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
+        return failed_result(config, error, "out of memory" if is_out_of_memory(error) else None)
+
+
+@contextlib.contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` for the block, restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT for the block (main thread only): processes started here inherit the ignoring, so a
+    terminal's Ctrl-C reaches only the parent, which then stops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def start_ray(address: str | None, workers: int) -> tuple[object, bool]:
+    """The ``ray`` module, connected to ``address`` or to a local instance of ``workers`` CPUs started here (then
+    True: the caller shuts it down)."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--backend ray needs the 'ray' package: pip install -r requirements-dev.txt") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        options = {"address": address} if address else {"num_cpus": workers}
+        with sigint_ignored():
+            ray.init(include_dashboard=False, log_to_driver=False, **options)
+    return ray, started_here
+
+
+def ray_keeping(store: Store, address: str | None) -> Keeping:
+    """Ray workers checkpoint in the store's checkpoint folder, which must be one they all reach (``--checkpoints``
+    on shared storage for a cluster); only a local instance's workers write the curve so far into the store."""
+    here = Keeping.beside(store)
+    return here if address is None else Keeping(here.checkpoints)

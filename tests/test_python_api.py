@@ -1,0 +1,49 @@
+"""The library calls the commands make, as a notebook makes them."""
+import subprocess
+import sys
+
+import pytest
+
+from sepbench import RunConfig, Store
+from sepbench.config import ConfigError
+from sepbench.sweep import run_stored
+
+TINY = {"task": {"name": "index_lookup", "length": 10}, "model": {"name": "lstm", "width": 8},
+        "train": {"steps": 5, "eval_every": 5, "eval_samples": 50, "warmup_steps": 0}, "device": "cpu"}
+
+
+def test_run_stored_trains_once_then_returns_the_stored_run(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    cfg = RunConfig.build(TINY)
+    first = run_stored(cfg, store)
+    assert not first.reused and store.get(cfg.config_hash()) is not None
+    again = run_stored(cfg, store)
+    assert again.reused and not again.stale and again.result.created_at == first.result.created_at
+    forced = run_stored(cfg, store, force=True)
+    assert not forced.reused and len(store) == 1
+
+
+def test_run_stored_refuses_a_run_that_cannot_fit_before_training(tmp_path, monkeypatch):
+    from sepbench.train import memory
+
+    monkeypatch.setattr(memory, "free_memory", lambda device: 1)
+    store = Store(tmp_path / "runs.db")
+    with pytest.raises(ConfigError, match="this run needs about"):
+        run_stored(RunConfig.build(TINY), store)
+    assert store.config_hashes() == set()
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("from sepbench.config import TaskConfig; print(TaskConfig(name='dyck', length=8).name)", "dyck"),
+    ("from sepbench.registry import MODELS; print('lstm' in MODELS, MODELS.names()[0])", "True transformer"),
+])
+def test_a_registry_finds_its_built_ins_without_their_modules_imported_first(code, expected):
+    """config imports neither tasks nor models; the registries import their built-ins on their first lookup."""
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == expected
+
+
+def test_importing_the_config_imports_no_task_or_model():
+    code = "import sys, sepbench.config; print(sorted(m for m in sys.modules if m.startswith(('sepbench.tasks', 'sepbench.models'))))"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
