@@ -95,7 +95,8 @@ def test_construct_cli_prints_width_and_accuracy():
      (["construct", "equality"], "give --length"),
      (["construct", "equality", "--length", "31"], "even"),
      (["construct", "index_lookup", "--lengths", "10,x"], "--lengths expects comma-separated integers"),
-     (["construct", "nearest_neighbor", "--length", "40", "--code-width", "4"], "use a larger code width")],
+     (["construct", "nearest_neighbor", "--length", "40", "--code-width", "4"], "use a larger code width"),
+     (["construct", "nearest_neighbor_copy", "--length", "40", "--queries", "nearest"], "--queries must be recall or margin")],
 )
 def test_construct_bad_input_exits_2_with_one_line(args, fragment):
     result = runner.invoke(app, args)
@@ -108,6 +109,13 @@ def test_the_accepted_nearest_neighbor_width_is_accepted_by_the_construction_on_
     for seed in range(3):
         width = C.min_code_width("nearest_neighbor", 50, seed)
         assert C.construct("nearest_neighbor", 50, seed=seed).model is not None, width
+
+
+def test_the_construct_command_scores_margin_queries():
+    result = runner.invoke(app, ["construct", "nearest_neighbor_copy", "--length", "40", "--queries", "margin",
+                                 "--samples", "50"])
+    assert result.exit_code == 0, result.output
+    assert "100.00%" in result.stdout
 
 
 def test_margin_queries_have_one_nearest_vector_and_are_not_all_repeats():

@@ -15,7 +15,7 @@ from sepbench.config import ConfigError
 
 
 def construct(
-    name: str = typer.Argument(..., help="index_lookup, equality, eq_one or nearest_neighbor"),
+    name: str = typer.Argument(..., help="index_lookup, equality, eq_one, nearest_neighbor or nearest_neighbor_copy"),
     length: Optional[int] = typer.Option(None, help="task size N"),
     lengths: Optional[str] = typer.Option(None, help="several task sizes, comma-separated"),
     code_width: Optional[int] = typer.Option(None, help="width of the position codes [default: the smallest accepted]"),
@@ -23,6 +23,8 @@ def construct(
     verify_up_to: int = typer.Option(1000, help="score instances only at N up to this (longer: codes checked only)"),
     find_min_width: bool = typer.Option(False, "--find-min-width", help="search the smallest code width per N"),
     seed: int = typer.Option(0, help="seed for the codes and the instances"),
+    queries: str = typer.Option("recall", help="nearest-neighbour instances: recall (each query repeats a stored "
+                                "point) or margin (any query with one nearest point)"),
 ) -> None:
     """Build a hand-set Transformer from the separations paper and score it like a trained model."""
     from sepbench.theory.constructions import CONSTRUCTIONS, construct as build, min_code_width, refuse_unfitting
@@ -34,6 +36,8 @@ def construct(
         small = [n for n in sizes if n < 4 or (name != "index_lookup" and n % 2)]
         if small:
             raise ConfigError(f"lengths must be >= 4 (and even for {name}); got {small}")
+        if queries not in ("recall", "margin"):
+            raise ConfigError(f"--queries must be recall or margin, got '{queries}'")
         if code_width is not None and code_width < 1:
             raise ConfigError(f"--code-width must be >= 1, got {code_width}")
         refuse_unfitting(name, sizes, code_width)
@@ -43,7 +47,7 @@ def construct(
         width = min_code_width(name, n, seed) if find_min_width else code_width
         with bad_input_exits():
             try:
-                built = build(name, n, width, seed)
+                built = build(name, n, width, seed, queries)
             except ValueError as problem:
                 raise ConfigError(str(problem)) from None
         count = samples if n <= verify_up_to else 0
