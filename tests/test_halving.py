@@ -7,7 +7,7 @@ from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import ConfigError, apply_overrides
 from sepbench.sweep import SweepSpec
-from sepbench.sweep.halving import Rung, lr_score, planned_steps, rank, run_halving, schedule
+from sepbench.sweep.halving import Rung, halve_cell, lr_score, planned_steps, rank, run_halving, schedule
 from sepbench.sweep.search import SolvedRule, min_width_table, select_lr
 from sepbench.train import EvalPoint, RunResult, train
 
@@ -30,15 +30,29 @@ SPEC = {"name": "halving", "base": BASE, "lr_grid": LRS, "seeds": [0, 1], "lr_se
     (100, 1, 2, 10, [(100, 1)]),
 ])
 def test_rungs_sit_at_budget_over_eta_powers_snapped_to_the_evaluation_grid(budget, lrs, eta, every, rungs):
+    assert schedule(budget, lrs, eta, every, finalists=1) == [Rung(step, keep) for step, keep in rungs]
+
+
+@pytest.mark.parametrize("budget, lrs, eta, every, rungs", [
+    (3000, 8, 2, 100, [(300, 4), (700, 2), (3000, 2)]),
+    (900, 9, 3, 100, [(100, 3), (300, 2), (900, 2)]),
+    (60, 8, 2, 20, [(20, 2), (60, 2)]),
+    (100, 2, 2, 10, [(100, 2)]),
+    (100, 1, 2, 10, [(100, 1)]),
+])
+def test_by_default_two_learning_rates_train_to_the_budget(budget, lrs, eta, every, rungs):
     assert schedule(budget, lrs, eta, every) == [Rung(step, keep) for step, keep in rungs]
 
 
-def test_planned_steps_of_eight_lrs_are_under_a_third_of_the_grid():
-    assert planned_steps(schedule(3000, 8, 2, 1), 8) == 8 * 375 + 4 * 375 + 2 * 750 + 1500
-    assert planned_steps(schedule(3000, 8, 2, 100), 8) == 8 * 300 + 4 * 400 + 2 * 800 + 1500 < 8 * 3000 / 3
+def test_planned_steps_of_eight_lrs_are_under_40_percent_of_the_grid():
+    assert planned_steps(schedule(3000, 8, 2, 1, finalists=1), 8) == 8 * 375 + 4 * 375 + 2 * 750 + 1500
+    assert planned_steps(schedule(3000, 8, 2, 100, finalists=1), 8) == 8 * 300 + 4 * 400 + 2 * 800 + 1500 < 8 * 3000 / 3
+    assert planned_steps(schedule(3000, 8, 2, 100), 8) == 8 * 300 + 4 * 400 + 2 * 2300 < 8 * 3000 / 2.5
     assert planned_steps(schedule(100, 1), 1) == 100
     with pytest.raises(ValueError, match="eta must be > 1"):
         schedule(100, 4, eta=1.0)
+    with pytest.raises(ValueError, match="finalists must be >= 1"):
+        schedule(100, 4, finalists=0)
 
 
 def test_rank_by_mean_accuracy_then_loss_and_leave_out_the_unscored():
@@ -90,8 +104,8 @@ def test_the_worse_half_stops_at_each_rung_and_is_stored_pruned_with_its_curve(h
         for lr in order[rung.keep:]:
             assert {(r.status, r.steps, r.curve[-1].step) for r in by_lr[lr]} == {("pruned", rung.step, rung.step)}
         alive = order[:rung.keep]
-    (winner,) = alive
-    assert all(r.status in ("completed", "solved") and r.steps == 40 for r in by_lr[winner])
+    assert len(alive) == 2  # the finalists train to the budget
+    assert all(r.status in ("completed", "solved") and r.steps == 40 for lr in alive for r in by_lr[lr])
     assert outcome.steps == planned_steps(schedule(40, 4, 2, 10), 4) * 2 == sum(r.steps for r in store.results())
 
 
@@ -104,11 +118,11 @@ def test_a_survivor_is_the_grid_run_itself(halved):
     assert survivor.metrics == grid.metrics and survivor.status == grid.status
 
 
-def test_lr_selection_sees_only_the_survivor(halved):
+def test_lr_selection_sees_only_the_finalists(halved):
     _, store, _ = halved
     (cell,) = select_lr(store.results()).itertuples()
-    survivor = next(r for r in store.results() if r.status != "pruned")
-    assert cell.best_lr == survivor.config.train.lr and cell.learning_rates == 1 and cell.seeds == 2
+    finalists = {r.config.train.lr for r in store.results() if r.status != "pruned"}
+    assert cell.best_lr in finalists and cell.learning_rates == len(finalists) == 2 and cell.seeds == 2
 
 
 class Interrupted(Exception):
@@ -158,10 +172,27 @@ def test_a_stored_grid_run_that_solved_after_the_rung_does_not_win_it(tmp_path):
     configs = SweepSpec.build(SPEC).expand()
     for seed in (0, 1):
         store.put(_result(1e-3, seed, "solved", [(10, 0.3), (20, 0.6), (30, 0.995)], steps_to_threshold=30))
-    outcome = run_halving(configs, store)
+    outcome = run_halving(configs, store, finalists=1)
     assert outcome.steps == 3 * 2 * 10 + 2 * 10
     assert sorted(outcome.cut_at.values()) == [10, 10, 10, 10, 20, 20]
     assert {r.status for r in store.results() if r.config.train.lr != 1e-3} == {"pruned"}
+
+
+def test_two_finalists_keep_a_learning_rate_that_rises_later_and_ends_better(tmp_path):
+    curves = {3e-2: [(10, 0.5), (20, 0.7), (30, 0.72), (40, 0.75)], 1e-2: [(10, 0.4), (20, 0.6), (30, 0.85), (40, 0.9)],
+              1e-3: [(10, 0.1), (20, 0.2), (30, 0.3), (40, 0.4)], 1e-5: [(10, 0.05), (20, 0.05), (30, 0.05), (40, 0.05)]}
+    configs = SweepSpec.build(SPEC).expand()
+    best = {}
+    for finalists in (1, 2):
+        store = Store(tmp_path / f"finalists{finalists}.db")
+        for lr, curve in curves.items():
+            for seed in (0, 1):
+                store.put(_result(lr, seed, "completed", curve))
+        outcome = halve_cell(configs, store, finalists=finalists)
+        assert outcome.steps == 0  # every run was stored: the search replays its decisions on their curves
+        (cell,) = select_lr([r for r in store.results() if r.config_hash not in outcome.cut_at]).itertuples()
+        best[finalists] = (cell.best_lr, cell.best_accuracy)
+    assert best == {1: (3e-2, 0.75), 2: (1e-2, 0.9)}
 
 
 def test_pruned_runs_never_count_as_unsolved():
@@ -176,6 +207,7 @@ def test_pruned_runs_never_count_as_unsolved():
     ({"lr_search": "foo"}, "lr_search: Input should be 'grid' or 'halving'"),
     ({"lr_grid": None}, "lr_search: halving needs an lr_grid"),
     ({"halving_eta": 1}, "halving_eta = 1: Input should be greater than 1"),
+    ({"halving_finalists": 0}, "halving_finalists = 0: Input should be greater than or equal to 1"),
 ])
 def test_bad_lr_search_fails_with_one_line(data, fragment):
     with pytest.raises(ConfigError) as caught:
@@ -197,8 +229,8 @@ def test_sweep_cli_halves_resumes_and_refuses_ray(tmp_path):
     assert len(ray.stderr.strip().splitlines()) == 1
     first = runner.invoke(app, ["sweep", str(spec), "--store", str(store)], terminal_width=300)
     assert first.exit_code == 0, first.output
-    assert "by successive halving" in first.stdout and "3 pruned" in first.stdout
-    assert "80 steps trained of 160" in first.stdout
+    assert "by successive halving" in first.stdout and "2 pruned" in first.stdout
+    assert "100 steps trained of 160" in first.stdout  # 4 lrs to step 10, the two finalists to 40
     again = runner.invoke(app, ["sweep", str(spec), "--store", str(store)], terminal_width=300)
     assert again.exit_code == 0 and "4 already in" in again.stdout and "0 steps trained" in again.stdout
 
@@ -214,8 +246,8 @@ def test_minwidth_searches_lrs_by_halving(tmp_path):
     result = runner.invoke(app, args + ["--lrs", ",".join(map(str, LRS)), "--lr-search", "halving"],
                            terminal_width=300)
     assert result.exit_code == 0, result.output
-    assert "best of 4 lrs (halving)" in result.stdout and "trained 4 new runs (80 steps)" in result.stdout
-    assert sorted(Store(store).query().status) == ["completed", "pruned", "pruned", "pruned"]
+    assert "best of 4 lrs (halving)" in result.stdout and "trained 4 new runs (100 steps)" in result.stdout
+    assert sorted(Store(store).query().status) == ["completed", "completed", "pruned", "pruned"]
 
 
 @pytest.mark.slow
@@ -225,8 +257,8 @@ def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
             "grid": {"model.width": [8, 16]}}
     configs = SweepSpec.build(spec).expand()
     inline, parallel = Store(tmp_path / "inline.db"), Store(tmp_path / "parallel.db")
-    run_halving(configs, inline, workers=1)
-    outcome = run_halving(configs, parallel, workers=2)
+    run_halving(configs, inline, workers=1, finalists=1)
+    outcome = run_halving(configs, parallel, workers=2, finalists=1)
     assert len(outcome.results) == 4 and outcome.steps == 2 * (2 * 10 + 10)
     summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
     assert summary(parallel) == summary(inline)

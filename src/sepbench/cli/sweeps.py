@@ -134,7 +134,8 @@ def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend:
         raise typer.Exit(BAD_INPUT)
     todo = unstored(configs, db)
     with SweepProgress(spec.name, len(todo), err) as progress:
-        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance)
+        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance,
+                              finalists=spec.halving_finalists)
     pruned = sum(r.status == "pruned" for r in outcome.results)
     say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
         f"stored in {outcome.seconds:.1f} s, {pruned} pruned, {len(outcome.failed)} failed or diverged, "
