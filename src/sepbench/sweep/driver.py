@@ -51,6 +51,7 @@ class SpecOutcome:
     steps: int = 0
 
     def with_status(self, *statuses: str) -> list[RunResult]:
+        """The runs trained now whose status is one of ``statuses``."""
         return [r for r in self.results if r.status in statuses]
 
     @property
