@@ -47,3 +47,33 @@ def test_importing_the_config_imports_no_task_or_model():
     code = "import sys, sepbench.config; print(sorted(m for m in sys.modules if m.startswith(('sepbench.tasks', 'sepbench.models'))))"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]"
+
+
+def test_run_spec_trains_a_spec_once_then_reuses_it_and_a_dry_run_trains_nothing(tmp_path):
+    from sepbench.sweep import SweepSpec, run_spec
+
+    spec = SweepSpec.build({"name": "tiny", "base": TINY, "seeds": [0, 1]})
+    store = Store(tmp_path / "runs.db")
+    plans = []
+    dry = run_spec(spec, store, dry_run=True, on_plan=plans.append)
+    assert [len(p.plan.todo) for p in plans] == [2] and dry.results == [] and not store.path.exists()
+    seen = []
+    first = run_spec(spec, store, on_result=seen.append)
+    assert sorted(r.config.seed for r in first.results) == [0, 1] and seen == first.results
+    assert first.failed == {} and store.config_hashes() == {cfg.config_hash() for cfg in spec.expand()}
+    again = run_spec(spec, store, on_plan=plans.append)
+    assert again.results == [] and (plans[-1].plan.reused, plans[-1].plan.todo) == (2, [])
+
+
+def test_run_spec_says_how_many_runs_a_ctrl_c_left_stored(tmp_path):
+    from sepbench.sweep import SweepInterrupted, SweepSpec, run_spec
+
+    spec = SweepSpec.build({"name": "tiny", "base": TINY, "seeds": [0, 1, 2]})
+    store = Store(tmp_path / "runs.db")
+
+    def ctrl_c(result):
+        raise KeyboardInterrupt  # as a Ctrl-C right after the first run is stored
+
+    with pytest.raises(SweepInterrupted) as stop:
+        run_spec(spec, store, on_result=ctrl_c)
+    assert (stop.value.finished, stop.value.total) == (1, 3) and len(store) == 1

@@ -13,6 +13,7 @@ from sepbench.claims.catalogue import Claim
 from sepbench.config import ConfigError, RunConfig, apply_overrides, qualify_key
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
+from sepbench.sweep.interrupts import interrupts_counted
 from sepbench.sweep.search import SolvedRule, select_lr
 
 
@@ -70,3 +71,13 @@ def place(claim: Claim, scale: str, store: Store, model: str, overrides: dict[st
     return Placement(claim, model, cells, len(todo) if train else 0,
                      sum(cfg.config_hash() in missing for cfg in catalogue_configs),
                      sum(cfg.config_hash() in missing for cfg in added), rule)
+
+
+def place_all(claims: list[Claim], scale: str, store: Store, model: str, overrides: dict[str, Any] | None = None,
+              workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
+              group_size: int | None = None) -> list[Placement]:
+    """``place`` the model on each claim in turn. Ctrl-C raises SweepInterrupted (how many runs finished) once the
+    runs in training have saved their checkpoints."""
+    with interrupts_counted(store) as finished:
+        return [place(claim, scale, store, model, overrides, workers=workers, on_result=finished.reporting(on_result),
+                      reuse=reuse, group_size=group_size) for claim in claims]

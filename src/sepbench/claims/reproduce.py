@@ -12,6 +12,7 @@ from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combi
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
+from sepbench.sweep.interrupts import interrupts_counted
 
 
 @dataclass
@@ -69,6 +70,16 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results))
+
+
+def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
+              workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
+              group_size: int | None = None) -> list[ClaimVerdict]:
+    """``judge`` each claim in turn. Ctrl-C raises SweepInterrupted (how many runs finished) once the runs in
+    training have saved their checkpoints."""
+    with interrupts_counted(store) as finished:
+        return [judge(claim, scale, store, overrides, workers=workers, on_result=finished.reporting(on_result),
+                      reuse=reuse, group_size=group_size) for claim in claims]
 
 
 @dataclass

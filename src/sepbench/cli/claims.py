@@ -1,7 +1,6 @@
 """``sepbench reproduce``: every claim of the papers as a verdict, its plan and costs, or a model placed beside."""
 from __future__ import annotations
 
-import signal
 import time
 from enum import Enum
 from pathlib import Path
@@ -58,13 +57,11 @@ def reproduce(
     --with-model, only that model's runs are trained and shown beside the catalogue's stored runs (no verdict).
     """
     from sepbench.claims import select
-    from sepbench.claims.reproduce import judge, plan_claim
+    from sepbench.claims.reproduce import judge_all, plan_claim
     from sepbench.claims.tables import budget_text
     from sepbench.store import Store
-    from sepbench.sweep import Reuse
-    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep import Reuse, SweepInterrupted
     from sepbench.sweep.progress import SweepProgress
-    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     reuse = Reuse(retry_failed=retry_failed)
@@ -91,19 +88,14 @@ def reproduce(
     if dry_run:
         _print_plan(plans, db, workers, scale.value)
         return
-    verdicts = []
     todo = sum(len(p.todo) for p in plans)
     say(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}")
-    before = db.config_hashes()
-    progress = SweepProgress("reproduce", todo, err)
     try:
-        with stopping_runs_on(signal.SIGINT), progress:
-            for claim in claims:
-                verdicts.append(judge(claim, scale.value, db, overrides, workers=workers, on_result=progress.advance,
-                                      reuse=reuse, group_size=group_size))
-    except KeyboardInterrupt:
-        interrupted(f"{len(finished_runs(progress.finished, before, db))} runs finished and stored in {db.path}", db,
-                    started)
+        with SweepProgress("reproduce", todo, err) as progress:
+            verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=progress.advance,
+                                 reuse=reuse, group_size=group_size)
+    except SweepInterrupted as stop:
+        interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 
@@ -140,9 +132,8 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
 def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: int, reuse,
                  group_size: int | None, dry_run: bool, started: float) -> None:
     """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands."""
-    from sepbench.claims.placement import added_model_configs, place
-    from sepbench.sweep import plan
-    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.claims.placement import added_model_configs, place_all
+    from sepbench.sweep import SweepInterrupted, plan
     from sepbench.sweep.progress import SweepProgress
 
     sweeps = [c for c in claims if c.kind == "sweep"]
@@ -159,16 +150,12 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
         return
-    progress = SweepProgress("reproduce --with-model", todo, err)
-    before = db.config_hashes()
-    placements = []
     try:
-        with progress:
-            for claim in sweeps:
-                placements.append(place(claim, scale, db, model, overrides, workers=workers,
-                                        on_result=progress.advance, reuse=reuse, group_size=group_size))
-    except KeyboardInterrupt:
-        interrupted(f"{len(finished_runs(progress.finished, before, db))} runs finished", db, started)
+        with SweepProgress("reproduce --with-model", todo, err) as progress:
+            placements = place_all(sweeps, scale, db, model, overrides, workers=workers, on_result=progress.advance,
+                                   reuse=reuse, group_size=group_size)
+    except SweepInterrupted as stop:
+        interrupted(f"{stop.finished} runs finished", db, started)
     for placement in placements:
         _print_placement(placement, scale)
 

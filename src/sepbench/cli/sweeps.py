@@ -3,19 +3,24 @@ from __future__ import annotations
 
 import signal
 import time
+from contextlib import ExitStack
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
 
-from sepbench.cli.app import BAD_INPUT, bad_input_exits, err, exit_on_failures, interrupted, out, say, warn
+from sepbench.cli.app import bad_input_exits, err, exit_on_failures, interrupted, out, say, warn
 from sepbench.cli.options import (
     base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
     retry_failed_option, store_option, tensorboard_option, use_folders,
 )
 from sepbench.config import ConfigError, RunConfig, apply_overrides
+
+if TYPE_CHECKING:
+    from sepbench.store import Store
+    from sepbench.sweep.driver import SpecPlan
 
 
 class SweepBackend(str, Enum):
@@ -46,102 +51,61 @@ def sweep(
     runs in training save checkpoints that the same command resumes from.
     """
     from sepbench.store import Store
-    from sepbench.sweep import Reuse, SweepSpec, plan, run_sweep
-    from sepbench.sweep.grouped import default_group_size
-    from sepbench.sweep.interrupts import finished_runs
-    from sepbench.sweep.pool import warm_pool
+    from sepbench.sweep import Reuse, SweepInterrupted, SweepSpec, run_spec
     from sepbench.sweep.progress import SweepProgress
-    from sepbench.train.environment import default_threads
-    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     with bad_input_exits():
         use_folders(data_cache, checkpoints, tensorboard)
-    reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
     db = Store(store)
-    todo = progress = None
-    before: set[str] = set()
+    progress: list[SweepProgress] = []
     try:
-        with stopping_runs_on(signal.SIGINT), \
-                warm_pool(workers if backend is SweepBackend.local and not dry_run else 1) as pool:
-            with bad_input_exits():
-                spec = SweepSpec.from_yaml(packaged_config(spec_file))
-                if device is not None:
-                    spec.base = apply_overrides(spec.base, {"device": device})
-                configs = spec.expand()
-                threads = default_threads()
+        with bad_input_exits(), ExitStack() as shown:
+            spec = SweepSpec.from_yaml(packaged_config(spec_file))
+            if device is not None:
+                spec.base = apply_overrides(spec.base, {"device": device})
+
+            def planned(p: SpecPlan) -> None:
+                _say_plan(p, db, backend, workers)
                 if not dry_run:
-                    db.check_writable()
-                todo = plan(configs, db, reuse, halving=spec.lr_search == "halving")
-                before = db.config_hashes()
-            if group_size is None:
-                group_size = default_group_size(todo.todo[0].device) if todo.todo else 1
-            how = f", groups of up to {group_size}" if group_size > 1 else ""
-            if spec.lr_search == "halving":
-                how = ", by successive halving: the worse learning rates stop early"
-            say(f"sweep '{spec.name}': {len(configs)} runs, {todo.reused} already in {db.path}, "
-                f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})")
-            _say_reused(todo)
-            if dry_run:
-                for cfg in todo.todo:
-                    say(f"{cfg.config_hash()}  {spec.describe(cfg)}")
-                return
-            if pool is not None and (spec.lr_search == "halving" or group_size > 1):
-                pool.close()  # halving and stacked sweeps run their own worker processes
-                pool = None
-            if spec.lr_search == "halving":
-                halved = _sweep_by_halving(spec, configs, db, workers, backend)
-                exit_on_failures({**todo.failed_kept, **{r.config_hash: r.error or "no reason stored"
-                                                         for r in halved if r.status == "failed"}}, "sweep")
-                return
-            with SweepProgress(spec.name, len(todo.todo), err) as progress:
-                try:
-                    outcome = run_sweep(todo.todo, db, workers=workers, backend=backend.value, address=address,
-                                        on_result=progress.advance, reuse=reuse, group_size=group_size, pool=pool,
-                                        threads=threads)
-                except RuntimeError as problem:
-                    warn(f"error: {problem}")
-                    raise typer.Exit(BAD_INPUT) from None
-    except KeyboardInterrupt:
-        total = len(todo.todo) if todo is not None else 0
-        planned = {cfg.config_hash() for cfg in todo.todo} if todo is not None else set()
-        reported = progress.finished if progress is not None else set()
-        interrupted(f"{len(finished_runs(reported, before, db, planned))} of {total} runs finished and stored in "
-                    f"{db.path}", db, started)
-    failed = {r.config_hash: r.error or "no reason stored" for r in outcome.results if r.status == "failed"}
-    say(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
-        f"{len(failed)} failed, {len(outcome.diverged)} diverged; {len(db)} runs in {db.path}")
-    exit_on_failures({**todo.failed_kept, **failed}, "sweep")
+                    progress.append(shown.enter_context(SweepProgress(spec.name, len(p.trains), err)))
+
+            outcome = run_spec(spec, db, workers=workers, backend=backend.value, address=address,
+                               reuse=Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force),
+                               group_size=group_size, dry_run=dry_run, on_plan=planned,
+                               on_result=lambda result: progress[0].advance(result))
+    except SweepInterrupted as stop:
+        interrupted(f"{stop.finished} of {stop.total} runs finished and stored in {db.path}", db, started)
+    if dry_run:
+        for cfg in outcome.planned.plan.todo:
+            say(f"{cfg.config_hash()}  {spec.describe(cfg)}")
+        return
+    if outcome.planned.halving:
+        say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
+            f"stored in {outcome.seconds:.1f} s, {len(outcome.with_status('pruned'))} pruned, "
+            f"{len(outcome.with_status('failed', 'diverged'))} failed or diverged, {outcome.steps} steps trained of "
+            f"{outcome.planned.full_steps} a full grid would take at most; {len(db)} runs in {db.path}")
+    else:
+        say(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
+            f"{len(outcome.with_status('failed'))} failed, {len(outcome.with_status('diverged'))} diverged; "
+            f"{len(db)} runs in {db.path}")
+    exit_on_failures(outcome.failed, "sweep")
 
 
-def _say_reused(todo) -> None:
+def _say_plan(planned: SpecPlan, db: Store, backend: SweepBackend, workers: int) -> None:
+    """The sweep's first line, and a note for the stored runs it keeps as they are."""
+    todo = planned.plan
+    how = f", groups of up to {planned.group_size}" if planned.group_size > 1 else ""
+    if planned.halving:
+        how = ", by successive halving: the worse learning rates stop early"
+    say(f"sweep '{planned.spec.name}': {len(planned.configs)} runs, {todo.reused} already in {db.path}, "
+        f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})")
     if todo.stale_kept:
         warn(f"note: {todo.stale_kept} stored runs came from other code than this one; they are reused "
              "(--retrain-stale trains them again)")
     if todo.failed_kept:
         warn(f"note: {len(todo.failed_kept)} stored runs are failed and are not retried "
              "(--retry-failed trains them again)")
-
-
-def _sweep_by_halving(spec, configs: list[RunConfig], db, workers: int, backend: SweepBackend) -> list:
-    """``lr_search: halving``: successive halving per cell on local processes (one cell per worker)."""
-    from sepbench.sweep.executors import unstored
-    from sepbench.sweep.halving import run_halving
-    from sepbench.sweep.progress import SweepProgress
-
-    if backend != SweepBackend.local:
-        warn("error: lr_search: halving runs on the local backend only; use --backend local")
-        raise typer.Exit(BAD_INPUT)
-    todo = unstored(configs, db)
-    with SweepProgress(spec.name, len(todo), err) as progress:
-        outcome = run_halving(configs, db, workers=workers, eta=spec.halving_eta, on_result=progress.advance,
-                              finalists=spec.halving_finalists)
-    pruned = sum(r.status == "pruned" for r in outcome.results)
-    say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
-        f"stored in {outcome.seconds:.1f} s, {pruned} pruned, {len(outcome.failed)} failed or diverged, "
-        f"{outcome.steps} steps trained of {sum(c.train.steps for c in todo)} a full grid would take at most; "
-        f"{len(db)} runs in {db.path}")
-    return outcome.results
 
 
 class LrSearch(str, Enum):
