@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import ValidationError
 
+from sepbench.processes import process_alive
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -98,13 +99,7 @@ class Running:
         """Whether the process that reported it still runs (None: it runs on another host, not known here)."""
         if self.host != socket.gethostname():
             return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return process_alive(self.pid)
 
 
 class StoreError(ValueError):

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from sepbench.config import RunConfig
+from sepbench.processes import process_alive
 from sepbench.train.assessment import Assessment, Tally
 from sepbench.train.environment import code_version
 from sepbench.train.result import RunResult
@@ -78,13 +79,7 @@ def restore_result(state: dict[str, Any], config: RunConfig) -> RunResult:
 
 def _alive(pid: str) -> bool:
     """Whether process ``pid`` of this host still runs (a partial file it is writing must stay)."""
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid.isdigit() and process_alive(int(pid))
 
 
 class Checkpoint:
