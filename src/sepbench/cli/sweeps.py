@@ -1,7 +1,6 @@
 """Commands that train many runs: a sweep spec's grid, and the search for the smallest solving width."""
 from __future__ import annotations
 
-import signal
 import time
 from contextlib import ExitStack
 from enum import Enum
@@ -145,20 +144,17 @@ def minwidth(
     exits 1.
     """
     from sepbench.store import Store
-    from sepbench.sweep import Reuse
-    from sepbench.sweep.interrupts import finished_runs
+    from sepbench.sweep import Reuse, SweepInterrupted
+    from sepbench.sweep.interrupts import interrupts_counted
     from sepbench.sweep.pool import warm_pool
     from sepbench.train.environment import default_threads
-    from sepbench.train.stopping import stopping_runs_on
 
     started = time.time()
     with bad_input_exits():
         use_folders(data_cache, checkpoints, tensorboard)
     db = Store(store)
-    before = db.config_hashes()
-    progress = None
     try:
-        with stopping_runs_on(signal.SIGINT), warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
+        with interrupts_counted(db) as finished, warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
             from sepbench.sweep.progress import SweepProgress
             from sepbench.sweep.search import SolvedRule, search_min_width
 
@@ -187,11 +183,10 @@ def minwidth(
                                      err, live=False)
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
             search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
-                                      on_result=progress.advance, reuse=reuse, lrs=grid_lrs,
+                                      on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
                                       lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
-    except KeyboardInterrupt:
-        reported = progress.finished if progress is not None else set()
-        interrupted(f"{len(finished_runs(reported, before, db))} runs finished and stored in {db.path}", db, started)
+    except SweepInterrupted as stop:
+        interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
