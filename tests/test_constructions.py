@@ -96,7 +96,8 @@ def test_construct_cli_prints_width_and_accuracy():
      (["construct", "equality", "--length", "31"], "even"),
      (["construct", "index_lookup", "--lengths", "10,x"], "--lengths expects comma-separated integers"),
      (["construct", "nearest_neighbor", "--length", "40", "--code-width", "4"], "use a larger code width"),
-     (["construct", "nearest_neighbor_copy", "--length", "40", "--queries", "nearest"], "--queries must be recall or margin")],
+     (["construct", "nearest_neighbor_copy", "--length", "40", "--queries", "nearest"], "--queries must be recall or margin"),
+     (["construct", "nearest_neighbor_copy", "--length", "40", "--code-width", "4"], "the same code at N=40")],
 )
 def test_construct_bad_input_exits_2_with_one_line(args, fragment):
     result = runner.invoke(app, args)
@@ -144,10 +145,10 @@ def test_nearest_neighbor_by_copy_is_exact_and_its_width_grows_like_log_n(querie
 
 def test_nearest_neighbor_by_copy_needs_its_codes_and_its_sharpness():
     task = C.nearest_neighbor_task(50, "margin")
-    narrow = C.nearest_neighbor_by_copy(task, code_width=8)
     codes = C.sign_codes(task.max_seq_len() + 1, 8, np.random.default_rng(0))
     assert C.previous_token_floor(codes, C.previous_token_eta(0.9, 100, 6)) < 1 - 1 / 24
-    assert narrow.accuracy(300, seed=1) < 1.0
+    with pytest.raises(ValueError, match="the same code"):  # 101 positions share 2^8 codes: two coincide
+        C.nearest_neighbor_by_copy(task, code_width=8)
     width = C.min_code_width("nearest_neighbor_copy", 50)
     blunt = C.nearest_neighbor_by_copy(task, code_width=width)
     with torch.no_grad():

@@ -389,7 +389,10 @@ def nearest_neighbor_by_copy(task: NearestNeighbor, code_width: int, seed: int =
                        ("out", 1)):
         slots.add(name, size)
     w = slots.width
-    eta1 = previous_token_eta(coherence(codes), total, d)
+    mu = coherence(codes)
+    if mu >= 1 - 1e-9:
+        raise ValueError(f"sign codes of width {k} give two positions the same code at N={n}; use a larger code width")
+    eta1 = previous_token_eta(mu, total, d)
     eta2 = d * math.log(8 * n)
     model = blank_transformer(2, w, task.vocab_size, total, 1)
     with torch.no_grad():
@@ -419,8 +422,7 @@ def nearest_neighbor_by_copy(task: NearestNeighbor, code_width: int, seed: int =
         key[d, slots["point"].start] = -point_penalty
         second.query_key(query, key)
         _read_out_label(model, second, task, slots)
-    return Construction(model, task, w, k, {"eta1": eta1, "eta2": eta2, "gamma": 2.0 / d,
-                                            "coherence": coherence(codes)})
+    return Construction(model, task, w, k, {"eta1": eta1, "eta2": eta2, "gamma": 2.0 / d, "coherence": mu})
 
 
 def previous_token_eta(mu: float, positions: int, dims: int) -> float:
