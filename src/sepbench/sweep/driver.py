@@ -3,7 +3,6 @@ runs, and what a Ctrl-C kept. ``sepbench sweep`` is this call between parsing an
 from __future__ import annotations
 
 import signal
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
