@@ -278,3 +278,23 @@ def test_separations_are_judged_only_past_the_lengths_the_text_names(scale):
             lengths = condition.lengths_at(scale)
             assert lengths and min(lengths) > bound, (claim.id, condition.text, scale, lengths)
             assert set(lengths) <= {cfg.task.length for cfg in claim.configs(scale)}, (claim.id, scale)
+
+
+def test_a_claim_trains_only_the_runs_its_only_names_and_shares_them_with_the_whole_spec():
+    (whole,) = select("yang2024", "yang-width-flops")
+    (rising,) = select("yang2024", "yang-lis-sparse-rising")
+    (widest,) = select("yang2024", "yang-arithmetic-512")
+    every = {c.config_hash() for c in whole.configs("cpu")}
+    picked = rising.configs("cpu")
+    assert {(c.model.name, c.task.name) for c in picked} == {("sparse_transformer", "lis")}
+    assert {c.model.width for c in picked} == {32, 128} and {c.model.width for c in rising.configs("quick")} == {32, 96}
+    assert {c.config_hash() for c in picked} <= every
+    assert {(c.task.name, c.model.width) for c in widest.configs("paper")} == {("arithmetic", 512)}
+
+
+def test_an_only_that_matches_no_run_is_one_line():
+    from sepbench.claims.catalogue import SpecRef
+
+    ref = SpecRef(spec="claims/cpu/yang_fig1.yaml", only={"model.widht": 64})
+    with pytest.raises(ConfigError, match="matches none of its 162 runs at the cpu scale"):
+        ref.runs("cpu")

@@ -40,6 +40,29 @@ def group_at(group: Group, scale: str) -> Group:
     return {key: scaled(value, scale) for key, value in group.items()}
 
 
+def config_fields(config: RunConfig) -> dict[str, Any]:
+    """``config`` as dotted keys (``model.width``) to values."""
+    from sepbench.results import flatten
+
+    return flatten(config.model_dump(mode="json"))
+
+
+def _matches(fields: dict[str, Any], selector: Selector) -> bool:
+    for key, wanted in selector.items():
+        value = fields.get(key)
+        if isinstance(wanted, list) and value not in wanted:
+            return False
+        if not isinstance(wanted, list) and value != wanted:
+            return False
+    return True
+
+
+def in_group(config: RunConfig, group: Group) -> bool:
+    selectors = group if isinstance(group, list) else [group]
+    fields = config_fields(config)
+    return any(_matches(fields, s) for s in selectors)
+
+
 class SpecRef(StrictModel):
     """One sweep spec of a claim: a packaged spec file, with the seeds, learning rates or base fields the claim
     needs set on top (so a paper-scale spec of one seed is run with the claim's seeds)."""
@@ -48,6 +71,21 @@ class SpecRef(StrictModel):
     seeds: list[int] | None = Field(None, min_length=1)
     lr_grid: list[float] | None = Field(None, min_length=1)
     set: dict[str, Any] = Field(default_factory=dict, description="dotted keys set in the spec's base")
+    only: Selector | list[Selector] | None = Field(
+        None, description="train only the spec's runs in this group (a spec shared by claims whose conditions read "
+                          "different parts of it; values may be per scale)")
+
+    def runs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
+        """The spec's runs, those in ``only`` where it is set."""
+        expanded = self.load(overrides).expand()
+        if self.only is None:
+            return expanded
+        group = group_at(self.only, scale)
+        kept = [cfg for cfg in expanded if in_group(cfg, group)]
+        if not kept:
+            raise ConfigError(f"claim spec {self.spec}: `only` {group} matches none of its {len(expanded)} runs "
+                              f"at the {scale} scale (keys are dotted config keys, e.g. model.width)")
+        return kept
 
     def load(self, overrides: dict[str, Any] | None = None) -> SweepSpec:
         path = configs.path(*self.spec.split("/"))
@@ -247,8 +285,8 @@ class Claim(StrictModel):
     def configs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
         """Every run of the claim at ``scale`` (duplicates across its specs once), in a stable order."""
         found: dict[str, RunConfig] = {}
-        for spec in self.sweep_specs(scale, overrides):
-            for cfg in spec.expand():
+        for ref in self.at(scale).specs:
+            for cfg in ref.runs(scale, overrides):
                 found.setdefault(cfg.config_hash(), cfg)
         return list(found.values())
 

@@ -40,7 +40,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, Group, GrowthOrder, Level, LogGrowth,
-                                       MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, group_at)
+                                       MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, config_fields, group_at,
+                                       in_group)
 from sepbench.claims.learning import learning_reason
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
@@ -152,30 +153,8 @@ def _flip(verdict: str) -> str:
 
 # ---- runs -> groups -------------------------------------------------------------------------------------------
 
-def _flat(config: RunConfig) -> dict[str, Any]:
-    from sepbench.results import flatten
-
-    return flatten(config.model_dump(mode="json"))
-
-
-def _matches(flat: dict[str, Any], selector: dict[str, Any]) -> bool:
-    for key, wanted in selector.items():
-        value = flat.get(key)
-        if isinstance(wanted, list) and value not in wanted:
-            return False
-        if not isinstance(wanted, list) and value != wanted:
-            return False
-    return True
-
-
-def in_group(config: RunConfig, group: Group) -> bool:
-    selectors = group if isinstance(group, list) else [group]
-    flat = _flat(config)
-    return any(_matches(flat, s) for s in selectors)
-
-
 def member_name(config: RunConfig, per: Sequence[str]) -> str:
-    flat = _flat(config)
+    flat = config_fields(config)
     return "/".join(str(flat.get(key)) for key in per)
 
 

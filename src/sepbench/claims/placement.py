@@ -23,10 +23,13 @@ def added_model_configs(claim: Claim, scale: str, model: str, overrides: dict[st
     ``model.options`` of the catalogue's models are dropped. Runs that coincide once the model is replaced appear
     once."""
     found: dict[str, RunConfig] = {}
+    catalogue = {cfg.config_hash() for cfg in claim.configs(scale, overrides)}
     for spec in claim.sweep_specs(scale, overrides):
         base = copy.deepcopy(spec.base)
         base.get("model", {}).pop("options", None)
         for point in spec.points():
+            if RunConfig.build(apply_overrides(spec.base, point)).config_hash() not in catalogue:
+                continue  # outside the claim's ``only``
             kept = {key: value for key, value in point.items() if qualify_key(key)[:2] != ["model", "options"]}
             try:
                 config = RunConfig.build(apply_overrides(base, {**kept, "model.name": model}))
