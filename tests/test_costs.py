@@ -54,6 +54,7 @@ def test_a_shape_too_large_to_time_is_timed_shorter_and_scaled_by_flops(monkeypa
     cfg = RunConfig.model_validate({**cfg.model_dump(), "task": {"name": "index_lookup", "length": 64}})
     limit = costs.flops_cost(cfg).step_seconds * 0.5  # N = 64 is "too large"; N = 32 is not
     monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", limit)
+    monkeypatch.setattr(costs, "LARGEST_TIMED_WHOLE", limit)
     probed = []
     monkeypatch.setattr(costs, "time_shape", lambda probe: probed.append(probe) or costs.ShapeCost(0.01, 0.2, "timed"))
     cost = costs.timed_cost(cfg)
@@ -67,6 +68,7 @@ def test_a_shape_too_large_to_time_is_timed_shorter_and_scaled_by_flops(monkeypa
 def test_where_the_task_refuses_a_shorter_length_a_smaller_batch_is_timed(monkeypatch):
     cfg = RunConfig.model_validate({**tiny(steps=100).model_dump(), "task": {"name": "index_lookup", "length": 64}})
     monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", costs.flops_cost(cfg).step_seconds * 0.5)
+    monkeypatch.setattr(costs, "LARGEST_TIMED_WHOLE", costs.flops_cost(cfg).step_seconds * 0.5)
 
     def time_shape(probe: RunConfig) -> costs.ShapeCost:
         if probe.task.length != 64:
@@ -82,7 +84,21 @@ def test_where_the_task_refuses_a_shorter_length_a_smaller_batch_is_timed(monkey
 def test_a_shape_no_length_brings_under_the_limit_keeps_the_flops_estimate(monkeypatch):
     monkeypatch.setattr(costs, "time_shape", lambda probe: (_ for _ in ()).throw(AssertionError("timed")))
     monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", 1e-12)
+    monkeypatch.setattr(costs, "LARGEST_TIMED_WHOLE", 1e-12)
     assert costs.timed_cost(tiny()).source == "flops"
+
+
+def test_a_shape_a_few_seconds_a_step_is_timed_whole_on_one_step(monkeypatch):
+    cfg = RunConfig.model_validate({**tiny(steps=100).model_dump(), "task": {"name": "index_lookup", "length": 64}})
+    rough = costs.flops_cost(cfg).step_seconds
+    monkeypatch.setattr(costs, "LARGEST_TIMED_STEP", rough * 0.5)
+    monkeypatch.setattr(costs, "LARGEST_TIMED_WHOLE", rough * 2)
+    timed = []
+    real = costs.time_shape
+    monkeypatch.setattr(costs, "time_shape", lambda probe, *how: timed.append((probe, how)) or real(probe, *how))
+    cost = costs.timed_cost(cfg)
+    assert [(p.task.length, how) for p, how in timed] == [(64, (costs.LARGE_TIMED_STEPS, costs.LARGE_TIMED_EVAL_ROWS))]
+    assert cost.source == "timed" and cost.step_seconds > 0 and cost.eval_seconds > 0
 
 
 def test_durations_read_at_every_scale():

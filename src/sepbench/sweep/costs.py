@@ -13,12 +13,18 @@ TIMED_STEPS = 4
 """Training steps timed per shape, after one untimed step (the first pays for allocations)."""
 TIMED_EVAL_ROWS = 256
 """Evaluation rows timed per shape; the cost of a full evaluation is scaled from them."""
+LARGE_TIMED_STEPS = 1
+LARGE_TIMED_EVAL_ROWS = 64
+"""Steps and evaluation rows timed for a shape between ``LARGEST_TIMED_STEP`` and ``LARGEST_TIMED_WHOLE``."""
 FLOP_RATE = 5e9
 """Training FLOP/s assumed, before any timing, to decide whether a shape is small enough to time (a cautious
 rate: measured steps run 10-25x faster than it predicts on one CPU thread), and for a shape no shorter length
 brings under ``LARGEST_TIMED_STEP``."""
 LARGEST_TIMED_STEP = 2.0
 """Seconds one step may be expected to take (forward FLOPs at ``FLOP_RATE``) for its shape to be timed."""
+LARGEST_TIMED_WHOLE = 60.0
+"""Up to these expected seconds a step, the shape is still timed whole, on one step and a few evaluation rows
+(``FLOP_RATE`` is cautious, so such a step takes a few seconds); above, a smaller shape is timed and scaled."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ def timed_cost(cfg: RunConfig) -> ShapeCost:
     rough = flops_cost(cfg)
     if rough.step_seconds <= LARGEST_TIMED_STEP:
         return time_shape(cfg)
+    if rough.step_seconds <= LARGEST_TIMED_WHOLE:
+        return time_shape(cfg, LARGE_TIMED_STEPS, LARGE_TIMED_EVAL_ROWS)
     for probe in smaller_probes(cfg):
         try:
             measured = time_shape(probe)
@@ -121,19 +129,19 @@ def smaller_probes(cfg: RunConfig) -> Iterator[RunConfig]:
             value //= 2
 
 
-def time_shape(cfg: RunConfig) -> ShapeCost:
-    """Time ``TIMED_STEPS`` training steps and ``TIMED_EVAL_ROWS`` evaluation rows of ``cfg``'s shape on its
-    device (fresh data: a fixed training set is not built)."""
+def time_shape(cfg: RunConfig, steps: int = TIMED_STEPS, eval_rows: int = TIMED_EVAL_ROWS) -> ShapeCost:
+    """Time ``steps`` training steps and ``eval_rows`` evaluation rows of ``cfg``'s shape on its device (fresh
+    data: a fixed training set is not built)."""
     from sepbench.train.loop import Trainer
 
-    rows = min(TIMED_EVAL_ROWS, cfg.train.eval_samples)
+    rows = min(eval_rows, cfg.train.eval_samples)
     probe = cfg.model_copy(update={"train": cfg.train.model_copy(update={
-        "steps": TIMED_STEPS + 1, "eval_every": TIMED_STEPS + 1, "eval_samples": rows, "data": "fresh"})})
+        "steps": steps + 1, "eval_every": steps + 1, "eval_samples": rows, "data": "fresh"})})
     trainer = Trainer(probe)
     trainer.train_until(1)
     start = time.perf_counter()
-    trainer.train_until(1 + TIMED_STEPS)
-    step = (time.perf_counter() - start) / TIMED_STEPS
+    trainer.train_until(1 + steps)
+    step = (time.perf_counter() - start) / steps
     start = time.perf_counter()
     trainer.assess(full=True)
     evaluation = (time.perf_counter() - start) * cfg.train.eval_samples / rows
