@@ -105,3 +105,13 @@ def test_durations_read_at_every_scale():
     from sepbench.sweep.costs import duration
 
     assert [duration(s) for s in (42, 600, 9000, 4.2e11)] == ["42 s", "10 min", "2.5 h", "1.2e+08 h"]
+
+
+def test_the_timed_steps_hold_no_evaluation(monkeypatch):
+    from sepbench.train.loop import Trainer
+
+    calls = []
+    real = Trainer.assess
+    monkeypatch.setattr(Trainer, "assess", lambda self, *a, **k: calls.append(self.config.train.steps) or real(self, *a, **k))
+    cost = costs.time_shape(tiny(steps=100))
+    assert len(calls) == 1 and cost.step_seconds > 0 and cost.eval_seconds > 0

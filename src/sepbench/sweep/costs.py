@@ -135,8 +135,9 @@ def time_shape(cfg: RunConfig, steps: int = TIMED_STEPS, eval_rows: int = TIMED_
     from sepbench.train.loop import Trainer
 
     rows = min(eval_rows, cfg.train.eval_samples)
+    budget = steps + 2  # the timed steps end before the last one, which would evaluate
     probe = cfg.model_copy(update={"train": cfg.train.model_copy(update={
-        "steps": steps + 1, "eval_every": steps + 1, "eval_samples": rows, "data": "fresh"})})
+        "steps": budget, "eval_every": budget, "eval_samples": rows, "data": "fresh"})})
     trainer = Trainer(probe)
     trainer.train_until(1)
     start = time.perf_counter()
