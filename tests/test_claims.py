@@ -298,3 +298,32 @@ def test_an_only_that_matches_no_run_is_one_line():
     ref = SpecRef(spec="claims/cpu/yang_fig1.yaml", only={"model.widht": 64})
     with pytest.raises(ConfigError, match="matches none of its 162 runs at the cpu scale"):
         ref.runs("cpu")
+
+
+def _with_cpu(claim_id: str, cpu: dict):
+    from sepbench.claims.catalogue import Claim
+
+    (claim,) = select(None, claim_id)
+    data = claim.model_dump(by_alias=True, exclude_none=True)
+    return Claim.model_validate({**data, "cpu": cpu})
+
+
+def test_a_claim_not_run_at_a_scale_is_inconclusive_there_with_its_reason_and_trains_nothing(tmp_path):
+    from sepbench.claims.reproduce import judge, plan_claim
+    from sepbench.claims.tables import dry_run
+
+    claim = _with_cpu("yang-ed-local", {"not_run": "ED needs > 8000 steps"})
+    store = Store(tmp_path / "s.db")
+    assert claim.configs("cpu") == [] and claim.configs("quick")
+    verdict = judge(claim, "cpu", store)
+    assert verdict.verdict == INCONCLUSIVE and store.results() == []
+    assert all(o.reasons == ["not run at the cpu scale: ED needs > 8000 steps"] for o in verdict.outcomes)
+    (row,) = dry_run([plan_claim(claim, "cpu", store)], store).rows
+    assert row[1] == "0" and row[-1] == "not run at the cpu scale: ED needs > 8000 steps"
+
+
+def test_not_run_and_specs_at_one_scale_are_refused():
+    with pytest.raises(ValueError, match="has specs and not_run"):
+        _with_cpu("yang-ed-local", {"not_run": "why", "specs": [{"spec": "claims/cpu/yang_ed_local.yaml"}]})
+    with pytest.raises(ValueError, match=r"needs specs \(or not_run: why\) at the cpu scale"):
+        _with_cpu("yang-ed-local", {})

@@ -223,6 +223,9 @@ Condition = Annotated[Union[Compare, Level, Rate, MinWidthGrowth, MinWidthOrder,
 class ScaleSpecs(StrictModel):
     specs: list[SpecRef] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict, description="theory claims: the check's parameters")
+    not_run: str | None = Field(None, min_length=1, description="why a sweep claim is not run at this scale (what "
+                                                                "deciding it would take); its verdict there is "
+                                                                "inconclusive with this reason")
 
 
 class Claim(StrictModel):
@@ -244,8 +247,10 @@ class Claim(StrictModel):
     def _source(self) -> "Claim":
         for scale in SCALES:
             plan = self.at(scale)
-            if self.check is None and not plan.specs:
-                raise ValueError(f"claim {self.id}: a sweep claim needs specs at the {scale} scale")
+            if self.check is None and not plan.specs and plan.not_run is None:
+                raise ValueError(f"claim {self.id}: a sweep claim needs specs (or not_run: why) at the {scale} scale")
+            if plan.specs and plan.not_run is not None:
+                raise ValueError(f"claim {self.id}: the {scale} scale has specs and not_run; give one")
             if self.check is not None and plan.specs:
                 raise ValueError(f"claim {self.id}: a theory claim (check {self.check}) takes params, not specs")
         if self.check is None and self.cpu is None:
@@ -283,7 +288,8 @@ class Claim(StrictModel):
         return [ref.load(overrides) for ref in self.at(scale).specs]
 
     def configs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
-        """Every run of the claim at ``scale`` (duplicates across its specs once), in a stable order."""
+        """Every run of the claim at ``scale`` (duplicates across its specs once), in a stable order; none where the
+        claim is not run at ``scale``."""
         found: dict[str, RunConfig] = {}
         for ref in self.at(scale).specs:
             for cfg in ref.runs(scale, overrides):

@@ -21,15 +21,16 @@ class ClaimPlan:
     configs: list[RunConfig]
     todo: list[RunConfig]
     failed_kept: int
+    scale: str
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
                reuse: Reuse = Reuse()) -> ClaimPlan:
     if claim.kind == "theory":
-        return ClaimPlan(claim, [], [], 0)
+        return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
     outcome = plan(configs, store, reuse)
-    return ClaimPlan(claim, configs, outcome.todo, len(outcome.failed_kept))
+    return ClaimPlan(claim, configs, outcome.todo, len(outcome.failed_kept), scale)
 
 
 def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
@@ -55,6 +56,11 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
                                                              for c in claim.conditions], 0.0, 0)
         outcomes = evaluate_series(claim, scale, series)
         return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, seconds, 0)
+    not_run = claim.at(scale).not_run
+    if not_run is not None:
+        reason = f"not run at the {scale} scale: {not_run}"
+        return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
+                                                         for c in claim.conditions], 0.0, 0)
     claim_plan = plan_claim(claim, scale, store, overrides, reuse)
     if train and claim_plan.todo:
         from sepbench.sweep.grouped import default_group_size

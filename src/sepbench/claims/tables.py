@@ -63,6 +63,10 @@ def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
         if p.claim.kind == "theory":
             rows.append((p.claim.id, "-", "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)"))
             continue
+        not_run = p.claim.at(p.scale).not_run
+        if not_run is not None:
+            rows.append((p.claim.id, "0", "-", "0", "-", f"not run at the {p.scale} scale: {not_run}"))
+            continue
         every += p.todo
         found = estimate(p.todo, store, known=known)
         claim_seconds[p.claim.id] = found.seconds

@@ -187,6 +187,8 @@ def _print_catalogue(claims, scale: str) -> None:
     """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
     for claim in claims:
         runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
+        if claim.at(scale).not_run is not None:
+            runs = f"not run at the {scale} scale"
         beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
         say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
