@@ -134,6 +134,7 @@ def minwidth(
     lrs: Optional[str] = typer.Option(None, help="learning rates tried at each width, comma-separated"),
     lr_search: LrSearch = typer.Option(LrSearch.grid, help="grid: every lr in full; halving: successive halving"),
     eta: float = typer.Option(2.0, help="halving keeps 1/eta of the learning rates at each rung"),
+    finalists: int = typer.Option(2, min=1, help="learning rates halving trains to the budget (see docs/sweeps.md)"),
     data_cache: Optional[Path] = data_cache_option(),
     checkpoints: Optional[Path] = checkpoints_option(),
     tensorboard: Optional[Path] = tensorboard_option(),
@@ -184,7 +185,8 @@ def minwidth(
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
             search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
                                       on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
-                                      lr_search=lr_search.value, eta=eta, pool=pool, threads=threads)
+                                      lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
+                                      finalists=finalists)
     except SweepInterrupted as stop:
         interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))

@@ -182,11 +182,12 @@ class WidthSearch:
 def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Sequence[int], rule: SolvedRule,
                      store: Store, workers: int = 1, on_result: OnResult | None = None,
                      reuse: Reuse = Reuse(), lrs: Sequence[float] | None = None, lr_search: str = "grid",
-                     eta: float = 2.0, pool: WorkerPool | None = None, threads: int = 1) -> WidthSearch:
+                     eta: float = 2.0, pool: WorkerPool | None = None, threads: int = 1,
+                     finalists: int | None = None) -> WidthSearch:
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
-    With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving)
-    and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
+    With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving with
+    ``finalists`` learning rates trained to the budget, by default ``halving.FINALISTS``) and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
     width per length) train together; with several workers one pool of warm workers (``pool``, or one started
     here) serves every round of a grid search. A failed run (out of memory, a crash) is neither solved nor
     unsolved: when the other runs cannot settle the verdict, the width is recorded in ``failed``.
@@ -207,9 +208,10 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
                    for length, width in asked.items()}
         every = [cfg for group in configs.values() for cfg in group]
         if lr_search == "halving":
-            from sepbench.sweep.halving import run_halving
+            from sepbench.sweep.halving import FINALISTS, run_halving
 
-            outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result)
+            outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result,
+                                  finalists=finalists or FINALISTS)
             search.steps += outcome.steps
         else:
             outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, reuse=reuse,
