@@ -321,7 +321,7 @@ def test_a_claim_not_run_at_a_scale_is_inconclusive_there_with_its_reason_and_tr
     assert verdict.verdict == INCONCLUSIVE and store.results() == []
     assert all(o.reasons == ["not run at the cpu scale: ED needs > 8000 steps"] for o in verdict.outcomes)
     (row,) = dry_run([plan_claim(claim, "cpu", store)], store).rows
-    assert row[1] == "0" and row[-1] == "not run at the cpu scale: ED needs > 8000 steps"
+    assert row[1] == "0" and row[-1] == "not run at the cpu scale (why: below)"
 
 
 def test_not_run_and_specs_at_one_scale_are_refused():
@@ -329,3 +329,13 @@ def test_not_run_and_specs_at_one_scale_are_refused():
         _with_cpu("yang-ed-local", {"not_run": "why", "specs": [{"spec": "claims/cpu/yang_fig1.yaml"}]})
     with pytest.raises(ValueError, match=r"needs specs \(or not_run: why\) at the cpu scale"):
         _with_cpu("yang-ed-local", {})
+
+
+def test_list_and_dry_run_say_which_claims_the_cpu_scale_does_not_run(tmp_path):
+    listed = runner.invoke(app, ["reproduce", "--list", "--scale", "cpu", "--claim", "yang-ed-local"], terminal_width=400)
+    assert listed.exit_code == 0 and "; not run at the cpu scale" in listed.stdout
+    assert "not run at the cpu scale: Edit Distance is not learned within a cpu budget" in listed.stdout
+    dry = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-locality-order", "--dry-run", "--store",
+                              str(tmp_path / "s.db")], terminal_width=400)
+    assert dry.exit_code == 0 and "0 runs to train" in dry.stdout
+    assert "yang-locality-order: not run at the cpu scale: Edit Distance is not learned" in dry.stdout

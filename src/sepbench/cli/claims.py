@@ -194,6 +194,9 @@ def _print_catalogue(claims, scale: str) -> None:
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
         if claim.note:
             out.print(f"  note: {claim.note}", highlight=False, soft_wrap=True, markup=False)
+        if claim.at(scale).not_run is not None:
+            out.print(f"  not run at the {scale} scale: {claim.at(scale).not_run}", highlight=False, soft_wrap=True,
+                      markup=False)
         for condition in claim.conditions:
             out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
         say(f"  verdicts need >= {claim.min_seeds} seeds per group")
@@ -210,6 +213,10 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
     for row in planned.rows:
         table.add_row(*row)
     out.print(table)
+    for p in plans:
+        if p.claim.at(scale).not_run is not None:
+            out.print(f"{p.claim.id}: not run at the {scale} scale: {p.claim.at(scale).not_run}", highlight=False,
+                      soft_wrap=True, markup=False)
     for cfg in planned.configs:
         say(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
             f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}")
