@@ -320,6 +320,7 @@ def test_a_claim_not_run_at_a_scale_is_inconclusive_there_with_its_reason_and_tr
     verdict = judge(claim, "cpu", store)
     assert verdict.verdict == INCONCLUSIVE and store.results() == []
     assert all(o.reasons == ["not run at the cpu scale: ED needs > 8000 steps"] for o in verdict.outcomes)
+    assert verdict.label == "inconclusive: not run at the cpu scale"
     (row,) = dry_run([plan_claim(claim, "cpu", store)], store).rows
     assert row[1] == "0" and row[-1] == "not run at the cpu scale (why: below)"
 
@@ -339,3 +340,13 @@ def test_list_and_dry_run_say_which_claims_the_cpu_scale_does_not_run(tmp_path):
                               str(tmp_path / "s.db")], terminal_width=400)
     assert dry.exit_code == 0 and "0 runs to train" in dry.stdout
     assert "yang-locality-order: not run at the cpu scale: Edit Distance is not learned" in dry.stdout
+
+
+def test_an_inconclusive_verdict_without_reasons_is_not_called_unshipped():
+    from sepbench.claims.evaluate import ClaimVerdict, Outcome
+
+    (claim,) = select(None, "il-tf-vs-recurrent")
+    straddling = Outcome("TF-(1, 64) reaches >= 0.95 at two learning rates", INCONCLUSIVE)
+    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [straddling]).label == INCONCLUSIVE
+    unshipped = Outcome("the same", INCONCLUSIVE, reasons=["no evidence shipped for the cpu scale"])
+    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [unshipped]).label == "inconclusive: no evidence shipped"

@@ -106,8 +106,10 @@ class ClaimVerdict:
         """The verdict, as "inconclusive: still learning at B steps" when a deciding run was still learning."""
         if self.verdict != INCONCLUSIVE:
             return self.verdict
-        if self.outcomes and all(r.startswith(NO_EVIDENCE) for o in self.outcomes for r in o.reasons):
-            return f"{INCONCLUSIVE}: {NO_EVIDENCE}"
+        reasons = [r for o in self.outcomes for r in o.reasons]
+        for common in (NO_EVIDENCE, f"not run at the {self.scale} scale"):
+            if reasons and all(r.startswith(common) for r in reasons):
+                return f"{INCONCLUSIVE}: {common}"
         budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
                           if STILL_LEARNING in reason}, key=int)
         return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps" if budgets else self.verdict
