@@ -186,17 +186,18 @@ def _print_placement(placement, scale: str) -> None:
 def _print_catalogue(claims, scale: str) -> None:
     """One block per claim (readable at any terminal width): id, paper and place, text, runs, verdict rule."""
     for claim in claims:
-        runs = f"{len(claim.configs(scale))} {scale} runs" if claim.kind == "sweep" else f"theory check {claim.check}"
-        if claim.at(scale).not_run is not None:
-            runs = f"not run at the {scale} scale"
+        not_run = claim.at(scale).not_run
+        if claim.kind == "theory":
+            runs = f"theory check {claim.check}"
+        else:
+            runs = f"not run at the {scale} scale" if not_run is not None else f"{len(claim.configs(scale))} {scale} runs"
         beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
         say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
         if claim.note:
             out.print(f"  note: {claim.note}", highlight=False, soft_wrap=True, markup=False)
-        if claim.at(scale).not_run is not None:
-            out.print(f"  not run at the {scale} scale: {claim.at(scale).not_run}", highlight=False, soft_wrap=True,
-                      markup=False)
+        if not_run is not None:
+            out.print(f"  not run at the {scale} scale: {not_run}", highlight=False, soft_wrap=True, markup=False)
         for condition in claim.conditions:
             out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
         say(f"  verdicts need >= {claim.min_seeds} seeds per group")
