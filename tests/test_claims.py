@@ -283,7 +283,7 @@ def test_separations_are_judged_only_past_the_lengths_the_text_names(scale):
 
 
 def test_a_claim_trains_only_the_runs_its_only_names_and_shares_them_with_the_whole_spec():
-    (whole,) = select("yang2024", "yang-width-flops")
+    (whole,) = select("yang2024", "yang-efficient-larger")
     (rising,) = select("yang2024", "yang-lis-sparse-rising")
     (widest,) = select("yang2024", "yang-arithmetic-512")
     every = {c.config_hash() for c in whole.configs("cpu")}
@@ -350,3 +350,22 @@ def test_an_inconclusive_verdict_without_reasons_is_not_called_unshipped():
     assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [straddling]).label == INCONCLUSIVE
     unshipped = Outcome("the same", INCONCLUSIVE, reasons=["no evidence shipped for the cpu scale"])
     assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [unshipped]).label == "inconclusive: no evidence shipped"
+
+
+def test_at_the_cpu_scale_a_claim_trains_only_runs_its_conditions_read():
+    from sepbench.claims.catalogue import group_at, in_group
+
+    for claim in catalogue():
+        if claim.kind == "theory":
+            continue
+        reads = []
+        for condition in claim.conditions:
+            lengths = condition.lengths_at("cpu")
+            for name in ("a", "b", "group", "fast", "slow"):
+                group = getattr(condition, name, None)
+                if isinstance(group, (dict, list)):
+                    reads.append((group_at(group, "cpu"), lengths))
+        unread = [cfg for cfg in claim.configs("cpu")
+                  if not any(in_group(cfg, group) and (lengths is None or cfg.task.length in lengths)
+                             for group, lengths in reads)]
+        assert not unread, (claim.id, sorted({(c.task.name, c.task.length, c.model.name, c.model.width) for c in unread}))
