@@ -369,3 +369,25 @@ def test_at_the_cpu_scale_a_claim_trains_only_runs_its_conditions_read():
                   if not any(in_group(cfg, group) and (lengths is None or cfg.task.length in lengths)
                              for group, lengths in reads)]
         assert not unread, (claim.id, sorted({(c.task.name, c.task.length, c.model.name, c.model.width) for c in unread}))
+
+
+def test_a_claim_spec_that_searches_learning_rates_by_halving_is_trained_by_halving(tmp_path, monkeypatch):
+    from sepbench.claims.catalogue import SpecRef
+    from sepbench.claims.reproduce import judge
+
+    loaded = SpecRef.load
+
+    def halving(self, overrides=None):
+        return loaded(self, overrides).model_copy(update={"lr_search": "halving", "lr_grid": [1e-2, 3e-3, 1e-3, 1e-4]})
+
+    monkeypatch.setattr(SpecRef, "load", halving)
+    (claim,) = select(None, "eq-one")
+    store = Store(tmp_path / "s.db")
+    smoke = {"train.steps": 8, "train.eval_every": 2, "train.eval_samples": 16}
+    verdict = judge(claim, "quick", store, smoke)
+    statuses = store.query().status.value_counts().to_dict()
+    cells = len({(c.model.name, c.seed) for c in claim.configs("quick", smoke)})
+    assert statuses.get("pruned", 0) == 2 * cells and sum(statuses.values()) == 4 * cells, statuses
+    assert verdict.runs == 4 * cells and all(o.points for o in verdict.outcomes)
+    assert all(len(p.values) == len({c.seed for c in claim.configs("quick", smoke)}) for o in verdict.outcomes
+               for p in o.points)

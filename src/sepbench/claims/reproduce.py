@@ -65,9 +65,11 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     if train and claim_plan.todo:
         from sepbench.sweep.grouped import default_group_size
 
-        size = group_size or default_group_size(claim_plan.todo[0].device)
-        run_sweep(claim_plan.todo, store, workers=min(workers, len(claim_plan.todo)), on_result=on_result,
-                  reuse=reuse, group_size=size)
+        halved = _train_halving_specs(claim, scale, store, overrides, workers, on_result)
+        grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
+        if grid:
+            size = group_size or default_group_size(grid[0].device)
+            run_sweep(grid, store, workers=min(workers, len(grid)), on_result=on_result, reuse=reuse, group_size=size)
     results = {}
     for cfg in claim_plan.configs:
         found = store.get(cfg.config_hash())
@@ -76,6 +78,24 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results))
+
+
+def _train_halving_specs(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None,
+                         workers: int, on_result: OnResult | None) -> set[str]:
+    """Train the runs of the claim's specs that search learning rates by successive halving (``lr_search:
+    halving``), as ``sepbench sweep`` would; the config hashes they cover."""
+    from sepbench.sweep.halving import run_halving
+
+    covered: set[str] = set()
+    for ref in claim.at(scale).specs:
+        spec = ref.load(overrides)
+        if spec.lr_search != "halving":
+            continue
+        runs = ref.runs(scale, overrides)
+        run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
+                    finalists=spec.halving_finalists)
+        covered |= {cfg.config_hash() for cfg in runs}
+    return covered
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
