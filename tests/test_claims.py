@@ -391,3 +391,10 @@ def test_a_claim_spec_that_searches_learning_rates_by_halving_is_trained_by_halv
     assert verdict.runs == 4 * cells and all(o.points for o in verdict.outcomes)
     assert all(len(p.values) == len({c.seed for c in claim.configs("quick", smoke)}) for o in verdict.outcomes
                for p in o.points)
+
+
+def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):
+    placed = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-ed-local", "--with-model", "lstm",
+                                 "--dry-run", "--store", str(tmp_path / "s.db")], terminal_width=300)
+    assert placed.exit_code == 0, placed.output
+    assert "yang-ed-local is not run at the cpu scale" in placed.stderr and "0 claims at the cpu scale" in placed.stdout

@@ -136,10 +136,12 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
     from sepbench.sweep import SweepInterrupted, plan
     from sepbench.sweep.progress import SweepProgress
 
-    sweeps = [c for c in claims if c.kind == "sweep"]
+    sweeps = [c for c in claims if c.kind == "sweep" and c.at(scale).not_run is None]
     for claim in claims:
         if claim.kind == "theory":
             warn(f"note: {claim.id} is a theory claim (check {claim.check}); it has no runs to place {model} on")
+        elif claim.at(scale).not_run is not None:
+            warn(f"note: {claim.id} is not run at the {scale} scale; it has no runs to place {model} on")
     with bad_input_exits():
         added = {c.id: added_model_configs(c, scale, model, overrides) for c in sweeps}
         todo = sum(len(plan(configs, db, reuse).todo) for configs in added.values())
