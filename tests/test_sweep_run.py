@@ -254,9 +254,10 @@ def test_ctrl_c_stops_the_sweep_keeps_finished_runs_and_resumes(tmp_path, option
 def test_ctrl_c_stops_minwidth_and_its_warm_workers(tmp_path):
     path = tmp_path / "runs.db"
     command = [sys.executable, "-m", "sepbench", "minwidth", "--task", "index_lookup", "--model", "transformer",
-               "--lengths", "12,16", "--widths", "8,16,32", "--steps", "200", "--workers", "2", "--store", str(path),
-               "--set", "train.eval_samples=20", "--set", "train.batch_size=16", "--set", "device=cpu"]
-    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True)
+               "--lengths", "12,16", "--widths", "8,16,32", "--steps", "400", "--workers", "2", "--store", str(path),
+               "--set", "train.eval_samples=20", "--set", "train.eval_every=20", "--set", "train.batch_size=16",
+               "--set", "device=cpu"]
+    stop = _interrupt_when_stored(command, path, tmp_path, signal_group=True, mid_run=True)
     assert stop.code == 130 and stop.seconds < 3 and not stop.survivors, (stop, stop.stderr[-2000:])
     assert "Traceback" not in stop.stderr
     stored = _stored(path)
