@@ -333,7 +333,8 @@ def test_not_run_and_specs_at_one_scale_are_refused():
 
 
 def test_list_and_dry_run_say_which_claims_the_cpu_scale_does_not_run(tmp_path):
-    listed = runner.invoke(app, ["reproduce", "--list", "--scale", "cpu", "--claim", "yang-ed-local"], terminal_width=400)
+    listed = runner.invoke(app, ["reproduce", "--list", "--scale", "cpu", "--claim", "yang-ed-local"],
+                           terminal_width=400)
     assert listed.exit_code == 0 and "; not run at the cpu scale" in listed.stdout
     assert "not run at the cpu scale: Edit Distance is not learned within a cpu budget" in listed.stdout
     dry = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-locality-order", "--dry-run", "--store",
@@ -368,7 +369,8 @@ def test_at_the_cpu_scale_a_claim_trains_only_runs_its_conditions_read():
         unread = [cfg for cfg in claim.configs("cpu")
                   if not any(in_group(cfg, group) and (lengths is None or cfg.task.length in lengths)
                              for group, lengths in reads)]
-        assert not unread, (claim.id, sorted({(c.task.name, c.task.length, c.model.name, c.model.width) for c in unread}))
+        assert not unread, (claim.id, sorted({(c.task.name, c.task.length, c.model.name, c.model.width)
+                                              for c in unread}))
 
 
 def test_a_claim_spec_that_searches_learning_rates_by_halving_is_trained_by_halving(tmp_path, monkeypatch):
@@ -391,6 +393,11 @@ def test_a_claim_spec_that_searches_learning_rates_by_halving_is_trained_by_halv
     assert verdict.runs == 4 * cells and all(o.points for o in verdict.outcomes)
     assert all(len(p.values) == len({c.seed for c in claim.configs("quick", smoke)}) for o in verdict.outcomes
                for p in o.points)
+    from sepbench.claims.reproduce import plan_claim
+
+    assert plan_claim(claim, "quick", store, smoke).todo == []  # a pruned run answers the halving search
+    again = judge(claim, "quick", store, smoke)
+    assert len(store) == 4 * cells and again.verdict == verdict.verdict
 
 
 def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):

@@ -112,6 +112,7 @@ def test_the_timed_steps_hold_no_evaluation(monkeypatch):
 
     calls = []
     real = Trainer.assess
-    monkeypatch.setattr(Trainer, "assess", lambda self, *a, **k: calls.append(self.config.train.steps) or real(self, *a, **k))
+    monkeypatch.setattr(Trainer, "assess",
+                        lambda self, *a, **k: calls.append(self.config.train.steps) or real(self, *a, **k))
     cost = costs.time_shape(tiny(steps=100))
     assert len(calls) == 1 and cost.step_seconds > 0 and cost.eval_seconds > 0

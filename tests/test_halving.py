@@ -249,8 +249,8 @@ def test_minwidth_searches_lrs_by_halving(tmp_path):
     assert "best of 4 lrs (halving)" in result.stdout and "trained 4 new runs (100 steps)" in result.stdout
     assert sorted(Store(store).query().status) == ["completed", "completed", "pruned", "pruned"]
     elsewhere = [str(tmp_path / "one.db") if a == str(store) else a for a in args]
-    one = runner.invoke(app, elsewhere + ["--lrs", ",".join(map(str, LRS)), "--lr-search", "halving", "--finalists", "1"],
-                        terminal_width=300)
+    one = runner.invoke(app, elsewhere + ["--lrs", ",".join(map(str, LRS)), "--lr-search", "halving",
+                                          "--finalists", "1"], terminal_width=300)
     assert one.exit_code == 0, one.output
     assert sorted(Store(tmp_path / "one.db").query().status) == ["completed", "pruned", "pruned", "pruned"]
 

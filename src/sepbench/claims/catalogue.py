@@ -77,7 +77,10 @@ class SpecRef(StrictModel):
 
     def runs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
         """The spec's runs, those in ``only`` where it is set."""
-        expanded = self.load(overrides).expand()
+        return self.kept(self.load(overrides).expand(), scale)
+
+    def kept(self, expanded: list[RunConfig], scale: str) -> list[RunConfig]:
+        """Of the loaded spec's runs ``expanded``, those in ``only`` where it is set."""
         if self.only is None:
             return expanded
         group = group_at(self.only, scale)

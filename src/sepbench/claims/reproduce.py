@@ -13,6 +13,7 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
 from sepbench.sweep.interrupts import interrupts_counted
+from sepbench.sweep.spec import SweepSpec
 
 
 @dataclass
@@ -29,8 +30,24 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
     if claim.kind == "theory":
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
-    outcome = plan(configs, store, reuse)
-    return ClaimPlan(claim, configs, outcome.todo, len(outcome.failed_kept), scale)
+    halved = {cfg.config_hash() for _, runs in halving_specs(claim, scale, overrides) for cfg in runs}
+    by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
+    by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
+    todo = {cfg.config_hash() for cfg in by_grid.todo + by_halving.todo}
+    return ClaimPlan(claim, configs, [cfg for cfg in configs if cfg.config_hash() in todo],
+                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale)
+
+
+def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None
+                  ) -> list[tuple[SweepSpec, list[RunConfig]]]:
+    """The claim's specs that search learning rates by successive halving (``lr_search: halving``), with their
+    runs: a run such a search pruned is stored as ``pruned`` and answers only another halving search."""
+    found = []
+    for ref in claim.at(scale).specs:
+        spec = ref.load(overrides)
+        if spec.lr_search == "halving":
+            found.append((spec, ref.kept(spec.expand(), scale)))
+    return found
 
 
 def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
@@ -65,7 +82,16 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     if train and claim_plan.todo:
         from sepbench.sweep.grouped import default_group_size
 
-        halved = _train_halving_specs(claim, scale, store, overrides, workers, on_result)
+        from sepbench.sweep.halving import run_halving
+
+        todo = {cfg.config_hash() for cfg in claim_plan.todo}
+        halved: set[str] = set()
+        for spec, runs in halving_specs(claim, scale, overrides):
+            hashes = {cfg.config_hash() for cfg in runs}
+            if hashes & todo:
+                run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
+                            finalists=spec.halving_finalists)
+            halved |= hashes
         grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
         if grid:
             size = group_size or default_group_size(grid[0].device)
@@ -78,24 +104,6 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results))
-
-
-def _train_halving_specs(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None,
-                         workers: int, on_result: OnResult | None) -> set[str]:
-    """Train the runs of the claim's specs that search learning rates by successive halving (``lr_search:
-    halving``), as ``sepbench sweep`` would; the config hashes they cover."""
-    from sepbench.sweep.halving import run_halving
-
-    covered: set[str] = set()
-    for ref in claim.at(scale).specs:
-        spec = ref.load(overrides)
-        if spec.lr_search != "halving":
-            continue
-        runs = ref.runs(scale, overrides)
-        run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
-                    finalists=spec.halving_finalists)
-        covered |= {cfg.config_hash() for cfg in runs}
-    return covered
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,

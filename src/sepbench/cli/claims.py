@@ -191,8 +191,10 @@ def _print_catalogue(claims, scale: str) -> None:
         not_run = claim.at(scale).not_run
         if claim.kind == "theory":
             runs = f"theory check {claim.check}"
+        elif not_run is not None:
+            runs = f"not run at the {scale} scale"
         else:
-            runs = f"not run at the {scale} scale" if not_run is not None else f"{len(claim.configs(scale))} {scale} runs"
+            runs = f"{len(claim.configs(scale))} {scale} runs"
         beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
         say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)

@@ -187,9 +187,10 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
     """For each length, bisect ``widths``; a width is judged from seeds 0..m-1, reusing every stored run.
 
     With ``lrs``, each width tries every learning rate (``lr_search``: the full grid, or successive halving with
-    ``finalists`` learning rates trained to the budget, by default ``halving.FINALISTS``) and is judged as ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one
-    width per length) train together; with several workers one pool of warm workers (``pool``, or one started
-    here) serves every round of a grid search. A failed run (out of memory, a crash) is neither solved nor
+    ``finalists`` learning rates trained to the budget, by default ``halving.FINALISTS``) and is judged as
+    ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one width per length)
+    train together; with several workers one pool of warm workers (``pool``, or one started here) serves every
+    round of a grid search. A failed run (out of memory, a crash) is neither solved nor
     unsolved: when the other runs cannot settle the verdict, the width is recorded in ``failed``.
     """
     if lr_search not in ("grid", "halving"):
