@@ -105,6 +105,21 @@ def test_compare_on_stored_runs_not_reproduced(tmp_path):
     assert outcome.verdict == NOT_REPRODUCED
 
 
+def test_lengths_where_both_sides_reach_the_stop_level_are_outside_a_compare(tmp_path):
+    def sparse_lis(solved_at):
+        return lambda c: 0.91 if c.task.length in solved_at else 0.8 if c.model.width > 32 else 0.5
+
+    (both_solve_everywhere,) = _outcomes(tmp_path / "a", "yang-lis-sparse-rising", sparse_lis({6, 14}))
+    assert both_solve_everywhere.verdict == INCONCLUSIVE
+    assert any("every length is outside the claim" in r for r in both_solve_everywhere.reasons)
+    (rises_at_14,) = _outcomes(tmp_path / "b", "yang-lis-sparse-rising", sparse_lis({6}))
+    assert rises_at_14.verdict == REPRODUCED
+    assert "outside the claim: both reach 0.9" in rises_at_14.evidence[0] and "N=14" in rises_at_14.evidence[1]
+    (flat_at_14,) = _outcomes(tmp_path / "c", "yang-lis-sparse-rising",
+                              lambda c: 0.91 if c.task.length == 6 else 0.5)
+    assert flat_at_14.verdict == NOT_REPRODUCED
+
+
 def test_spread_or_missing_runs_are_inconclusive(tmp_path):
     straddle = _tf_vs_wide_mamba(tmp_path / "a", lambda c: (0.99 if c.seed else 0.6) if _transformer(c) else 0.5)
     assert straddle.verdict == INCONCLUSIVE

@@ -125,6 +125,9 @@ class Compare(ConditionBase):
     per: list[str] = Field(default_factory=lambda: ["model.name"])
     margin: float = Field(gt=0, le=1)
     direction: Literal["above", "below"] = "above"
+    outside_if_both_reach: float | None = Field(
+        None, gt=0, le=1, description="a length where every seed of a and of b reaches this accuracy is outside the "
+        "claim: the runs stop there, so neither side can rise further (the claim needs a side that falls short)")
 
 
 class Level(ConditionBase):

@@ -284,6 +284,9 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             outcome.reasons += reasons
             verdicts.append(INCONCLUSIVE)
             continue
+        if isinstance(condition, Compare) and _both_reach(condition, points):
+            outcome.evidence[-1] += f" (outside the claim: both reach {condition.outside_if_both_reach:g})"
+            continue
         if isinstance(condition, Compare):
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
@@ -294,9 +297,16 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             verdict = INCONCLUSIVE
         verdicts.append(verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
-    if not verdicts:
-        outcome.reasons.append("no lengths to judge")
+    if not verdicts and not outcome.reasons:
+        outcome.reasons.append("no lengths to judge" if not wanted else
+                               "every length is outside the claim: both sides reach "
+                               f"{getattr(condition, 'outside_if_both_reach', 0):g} there")
     return outcome
+
+
+def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
+    level = condition.outside_if_both_reach
+    return level is not None and all(v >= level for p in points for v in p.values)
 
 
 def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
@@ -370,9 +380,16 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             continue
         verdicts.append(level_verdict(slow.values, condition.threshold, "below"))
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
-    if not verdicts:
-        outcome.reasons.append("no lengths to judge")
+    if not verdicts and not outcome.reasons:
+        outcome.reasons.append("no lengths to judge" if not wanted else
+                               "every length is outside the claim: both sides reach "
+                               f"{getattr(condition, 'outside_if_both_reach', 0):g} there")
     return outcome
+
+
+def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
+    level = condition.outside_if_both_reach
+    return level is not None and all(v >= level for p in points for v in p.values)
 
 
 BELOW_GRID = 0.0
