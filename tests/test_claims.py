@@ -415,6 +415,27 @@ def test_a_claim_spec_that_searches_learning_rates_by_halving_is_trained_by_halv
     assert len(store) == 4 * cells and again.verdict == verdict.verdict
 
 
+def test_a_halving_claim_is_estimated_at_the_steps_its_search_plans(tmp_path, monkeypatch):
+    from sepbench.claims.reproduce import plan_claim
+    from sepbench.claims.tables import dry_run
+    from sepbench.sweep import costs
+    from sepbench.sweep.halving import planned_steps, schedule
+
+    (claim,) = select(None, "dyck-depth")
+    store = Store(tmp_path / "s.db")
+    planned = plan_claim(claim, "cpu", store)
+    lrs = {c.train.lr for c in planned.todo}
+    assert len(lrs) == 7 and set(planned.shares) == {c.config_hash() for c in planned.todo}
+    share = planned_steps(schedule(4000, 7, 2.0, 250, 2), 7) / (7 * 4000)
+    assert all(abs(v - share) < 1e-12 for v in planned.shares.values()) and share < 0.45
+    fixed = costs.ShapeCost(0.1, 1.0, "timed")
+    monkeypatch.setattr(costs, "timed_cost", lambda cfg: fixed)
+    full = sum(fixed.run_seconds(c) for c in planned.todo)
+    result = dry_run([planned], store)
+    assert abs(result.total.seconds - share * full) < 1e-6 * full
+    assert "of a successive-halving search, at the steps it plans" in result.rows[0][-1]
+
+
 def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):
     placed = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-ed-local", "--with-model", "lstm",
                                  "--dry-run", "--store", str(tmp_path / "s.db")], terminal_width=300)

@@ -1,7 +1,7 @@
 """``sepbench reproduce``: run what a claim's specs still miss (through the sweep machinery), then judge it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,6 +23,9 @@ class ClaimPlan:
     todo: list[RunConfig]
     failed_kept: int
     scale: str
+    shares: dict[str, float] = field(default_factory=dict)
+    """Per config hash of a halving search's run: the share of its budget the search plans for it (the cell's
+    planned steps over its learning rates' full budgets), so that estimates count a search, not a grid."""
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
@@ -35,7 +38,23 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
     by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
     todo = {cfg.config_hash() for cfg in by_grid.todo + by_halving.todo}
     return ClaimPlan(claim, configs, [cfg for cfg in configs if cfg.config_hash() in todo],
-                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale)
+                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale,
+                     halving_shares(claim, scale, overrides))
+
+
+def halving_shares(claim: Claim, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, float]:
+    """Each halving run's planned share of its full budget: its cell's planned steps (``halving.schedule``, no
+    early stop) over the steps of every learning rate trained in full."""
+    from sepbench.sweep.halving import planned_steps, schedule
+
+    shares = {}
+    for spec, runs in halving_specs(claim, scale, overrides):
+        lrs = len(spec.lr_grid or [])
+        for cfg in runs:
+            budget = cfg.train.steps
+            rungs = schedule(budget, lrs, spec.halving_eta, cfg.train.eval_every, spec.halving_finalists)
+            shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * budget)
+    return shares
 
 
 def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None

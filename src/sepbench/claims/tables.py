@@ -58,7 +58,7 @@ class DryRun:
 
 def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
     """Estimate each claim's runs still to train, and all of them with runs shared by claims counted once."""
-    rows, every, known, claim_seconds = [], [], {}, {}
+    rows, every, known, claim_seconds, shares = [], [], {}, {}, {}
     for p in plans:
         if p.claim.kind == "theory":
             rows.append((p.claim.id, "-", "-", "-", "-", f"theory check {p.claim.check} (seconds to minutes)"))
@@ -68,12 +68,14 @@ def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
             rows.append((p.claim.id, "0", "-", "0", "-", f"not run at the {p.scale} scale (why: below)"))
             continue
         every += p.todo
-        found = estimate(p.todo, store, known=known)
+        shares.update(p.shares)
+        found = estimate(p.todo, store, known=known, shares=p.shares)
         claim_seconds[p.claim.id] = found.seconds
         rows.append((p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
                      f"{found.seconds / 3600:.2f}", found.text(1)))
     unique = list({cfg.config_hash(): cfg for cfg in every}.values())
-    return DryRun(rows, unique, estimate(unique, store, known=known), max(claim_seconds.values(), default=0.0))
+    return DryRun(rows, unique, estimate(unique, store, known=known, shares=shares),
+                  max(claim_seconds.values(), default=0.0))
 
 
 def placement_rows(placement: Placement) -> list[tuple[str, str, str, bool, str, str, str, str]]:

@@ -46,12 +46,16 @@ class Estimate:
     seconds: float
     sources: dict[str, int] = field(default_factory=dict)
     """Runs estimated from each source."""
+    searched: int = 0
+    """Runs of a learning-rate search counted at the share of their budget that the search plans."""
 
     def text(self, workers: int) -> str:
         words = {"stored": "stored runs of the same shape", "timed": "steps timed now",
                  "scaled": "steps timed now at a shorter length, scaled by forward FLOPs",
                  "flops": f"forward FLOPs at {FLOP_RATE / 1e9:g} GFLOP/s (too large to time here)"}
         how = [f"{count} from {words[source]}" for source, count in self.sources.items() if count]
+        if self.searched:
+            how.append(f"{self.searched} of a successive-halving search, at the steps it plans")
         return (f"about {duration(self.seconds / max(workers, 1))} on {workers} worker(s) at most "
                 f"({'; '.join(how) or 'nothing to train'}; runs that stop early take less)")
 
@@ -149,10 +153,12 @@ def time_shape(cfg: RunConfig, steps: int = TIMED_STEPS, eval_rows: int = TIMED_
     return ShapeCost(step, evaluation, "timed")
 
 
-def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, ShapeCost] | None = None) -> Estimate:
+def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, ShapeCost] | None = None,
+             shares: dict[str, float] | None = None) -> Estimate:
     """Seconds to train ``configs``: a stored shape's seconds per step, else its steps timed now (each shape
     once; at a shorter length scaled by FLOPs for a shape too large to time), else forward FLOPs at ``FLOP_RATE``.
-    ``known``: costs found by an earlier call, extended by this one (each shape is timed once)."""
+    ``known``: costs found by an earlier call, extended by this one (each shape is timed once). ``shares``: per
+    config hash, the share of its run a learning-rate search plans (1 where absent)."""
     costs = known if known is not None else {}
     if not costs:
         costs.update(stored_costs(store))
@@ -162,8 +168,10 @@ def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, Shap
         if key not in costs:
             costs[key] = timed_cost(cfg)
         cost = costs[key]
-        result.seconds += cost.run_seconds(cfg)
+        result.seconds += cost.run_seconds(cfg) * (shares or {}).get(cfg.config_hash(), 1.0)
         result.sources[cost.source] += 1
+        if shares and cfg.config_hash() in shares:
+            result.searched += 1
     return result
 
 
