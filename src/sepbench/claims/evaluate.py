@@ -300,7 +300,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
     if not verdicts and not outcome.reasons:
         outcome.reasons.append("no lengths to judge" if not wanted else
                                "every length is outside the claim: both sides reach "
-                               f"{getattr(condition, 'outside_if_both_reach', 0):g} there")
+                               f"{condition.outside_if_both_reach:g} there")
     return outcome
 
 
@@ -380,16 +380,9 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             continue
         verdicts.append(level_verdict(slow.values, condition.threshold, "below"))
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
-    if not verdicts and not outcome.reasons:
-        outcome.reasons.append("no lengths to judge" if not wanted else
-                               "every length is outside the claim: both sides reach "
-                               f"{getattr(condition, 'outside_if_both_reach', 0):g} there")
+    if not verdicts:
+        outcome.reasons.append("no lengths to judge")
     return outcome
-
-
-def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
-    level = condition.outside_if_both_reach
-    return level is not None and all(v >= level for p in points for v in p.values)
 
 
 BELOW_GRID = 0.0
