@@ -23,9 +23,23 @@ class ClaimPlan:
     todo: list[RunConfig]
     failed_kept: int
     scale: str
-    shares: dict[str, float] = field(default_factory=dict)
-    """Per config hash of a halving search's run: the share of its budget the search plans for it (the cell's
-    planned steps over its learning rates' full budgets), so that estimates count a search, not a grid."""
+    searches: list[tuple[SweepSpec, list[RunConfig]]] = field(default_factory=list)
+    """The claim's specs that search learning rates by successive halving, with their runs (``halving_specs``)."""
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Per config hash of a halving run, the share of its full budget the search plans: its cell's planned
+        steps (``halving.schedule``, no early stop) over every learning rate's full budget, so that estimates
+        count a search, not a grid."""
+        from sepbench.sweep.halving import planned_steps, schedule
+
+        shares = {}
+        for spec, runs in self.searches:
+            lrs = len(spec.lr_grid or [])
+            for cfg in runs:
+                rungs = schedule(cfg.train.steps, lrs, spec.halving_eta, cfg.train.eval_every, spec.halving_finalists)
+                shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * cfg.train.steps)
+        return shares
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
@@ -33,28 +47,13 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
     if claim.kind == "theory":
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
-    halved = {cfg.config_hash() for _, runs in halving_specs(claim, scale, overrides) for cfg in runs}
+    searches = halving_specs(claim, scale, overrides)
+    halved = {cfg.config_hash() for _, runs in searches for cfg in runs}
     by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
     by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
     todo = {cfg.config_hash() for cfg in by_grid.todo + by_halving.todo}
     return ClaimPlan(claim, configs, [cfg for cfg in configs if cfg.config_hash() in todo],
-                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale,
-                     halving_shares(claim, scale, overrides))
-
-
-def halving_shares(claim: Claim, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, float]:
-    """Each halving run's planned share of its full budget: its cell's planned steps (``halving.schedule``, no
-    early stop) over the steps of every learning rate trained in full."""
-    from sepbench.sweep.halving import planned_steps, schedule
-
-    shares = {}
-    for spec, runs in halving_specs(claim, scale, overrides):
-        lrs = len(spec.lr_grid or [])
-        for cfg in runs:
-            budget = cfg.train.steps
-            rungs = schedule(budget, lrs, spec.halving_eta, cfg.train.eval_every, spec.halving_finalists)
-            shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * budget)
-    return shares
+                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale, searches)
 
 
 def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None
@@ -105,7 +104,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
 
         todo = {cfg.config_hash() for cfg in claim_plan.todo}
         halved: set[str] = set()
-        for spec, runs in halving_specs(claim, scale, overrides):
+        for spec, runs in claim_plan.searches:
             hashes = {cfg.config_hash() for cfg in runs}
             if hashes & todo:
                 run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,

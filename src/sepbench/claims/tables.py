@@ -68,8 +68,9 @@ def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
             rows.append((p.claim.id, "0", "-", "0", "-", f"not run at the {p.scale} scale (why: below)"))
             continue
         every += p.todo
-        shares.update(p.shares)
-        found = estimate(p.todo, store, known=known, shares=p.shares)
+        claim_shares = p.shares
+        shares.update(claim_shares)
+        found = estimate(p.todo, store, known=known, shares=claim_shares)
         claim_seconds[p.claim.id] = found.seconds
         rows.append((p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
                      f"{found.seconds / 3600:.2f}", found.text(1)))

@@ -163,15 +163,16 @@ def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, Shap
     if not costs:
         costs.update(stored_costs(store))
     result = Estimate(0.0, {"stored": 0, "timed": 0, "scaled": 0, "flops": 0})
+    shares = shares or {}
     for cfg in configs:
         key = shape(cfg)
         if key not in costs:
             costs[key] = timed_cost(cfg)
         cost = costs[key]
-        result.seconds += cost.run_seconds(cfg) * (shares or {}).get(cfg.config_hash(), 1.0)
+        share = shares.get(cfg.config_hash())
+        result.seconds += cost.run_seconds(cfg) * (1.0 if share is None else share)
         result.sources[cost.source] += 1
-        if shares and cfg.config_hash() in shares:
-            result.searched += 1
+        result.searched += share is not None
     return result
 
 
