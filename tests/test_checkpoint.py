@@ -23,7 +23,7 @@ from sepbench.train.group import train_group
 from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer
 
-ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 SEPBENCH = [sys.executable, "-m", "sepbench"]
 BASE = {"task": {"name": "index_lookup", "length": 12},
         "model": {"name": "transformer", "width": 8, "heads": 2},

@@ -1,6 +1,8 @@
 import pytest
+import torch
 
 from sepbench.config import ConfigError, RunConfig, apply_overrides, load_yaml, parse_assignments
+from sepbench.train.environment import resolve_device
 
 
 def test_defaults_are_resolved_so_equal_runs_hash_equal():
@@ -58,3 +60,16 @@ def test_yaml_loading(tmp_path):
         load_yaml(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+def test_a_cuda_ordinal_past_the_machines_devices_is_refused_in_one_line(monkeypatch):
+    """On a one-GPU machine ``cuda:7`` is a user's error, not a CUDA crash; CI has no GPU, so one is pretended."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    assert resolve_device("cuda") == torch.device("cuda")
+    with pytest.raises(ValueError) as info:
+        resolve_device("cuda:7")
+    message = str(info.value)
+    assert "cuda:7" in message and "1 CUDA device" in message and "cuda:0 to cuda:0" in message
+    assert "\n" not in message

@@ -17,6 +17,7 @@ from sepbench.sweep import SweepSpec, run_sweep
 from sepbench.train import RunResult
 
 SPEC = Path(__file__).parent / "data" / "sweep_quick.yaml"
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
 SWEEP = [sys.executable, "-m", "sepbench", "sweep", str(SPEC), "--workers", "2"]
 
 
@@ -56,10 +57,9 @@ def test_a_crashing_run_is_recorded_with_its_error_and_the_sweep_goes_on(tmp_pat
 
 def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
     path = tmp_path / "runs.db"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     expected = {cfg.config_hash() for cfg in SweepSpec.from_yaml(SPEC).expand()}
     assert len(expected) == 12
-    sweep = subprocess.Popen(SWEEP + ["--store", str(path)], env=env, start_new_session=True,
+    sweep = subprocess.Popen(SWEEP + ["--store", str(path)], start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while len(Store(path)) < 3 and time.monotonic() < deadline and sweep.poll() is None:
@@ -68,7 +68,7 @@ def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
     sweep.wait(timeout=30)
     before = len(Store(path))
     assert sweep.returncode == -signal.SIGKILL and 3 <= before < 12
-    resumed = subprocess.run(SWEEP + ["--store", str(path)], env=env, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(SWEEP + ["--store", str(path)], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert f"12 runs, {before} already in" in resumed.stdout and f"{12 - before} to train" in resumed.stdout
     with sqlite3.connect(path) as conn:
@@ -76,7 +76,7 @@ def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert {h for h, _ in rows} == expected and all(n == 1 for _, n in rows)
     assert resumed.stderr.count("[") >= 12 - before and "ETA" in resumed.stderr
-    again = subprocess.run(SWEEP + ["--store", str(path)], env=env, capture_output=True, text=True, timeout=120)
+    again = subprocess.run(SWEEP + ["--store", str(path)], capture_output=True, text=True, timeout=120)
     assert "12 already in" in again.stdout and "0 to train" in again.stdout and len(Store(path)) == 12
 
 
@@ -107,9 +107,8 @@ def test_workers_exit_when_the_sweep_process_is_killed_alone(tmp_path):
     spec.write_text("name: long\nbase: {task: {name: index_lookup, length: 12}, model: {width: 8, layers: 1},"
                     " train: {steps: 1000000, eval_every: 1000000, eval_samples: 20}, device: cpu}\n"
                     "seeds: [0, 1]\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     sweep = subprocess.Popen([sys.executable, "-m", "sepbench", "sweep", str(spec), "--workers", "2",
-                              "--store", str(tmp_path / "runs.db")], env=env, start_new_session=True,
+                              "--store", str(tmp_path / "runs.db")], start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -131,8 +130,7 @@ def test_workers_exit_when_the_sweep_process_is_killed_alone(tmp_path):
 
 def test_the_same_spec_runs_on_a_local_ray_instance(tmp_path):
     path = tmp_path / "ray.db"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "RAY_AUTH_MODE": "disabled"}
-    done = subprocess.run(SWEEP + ["--backend", "ray", "--store", str(path)], env=env, capture_output=True, text=True,
+    done = subprocess.run(SWEEP + ["--backend", "ray", "--store", str(path)], env=ENV, capture_output=True, text=True,
                           timeout=400)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "12 to train (ray, 2 workers)" in done.stdout and "12 trained" in done.stdout
@@ -165,9 +163,6 @@ def _stored(path: Path) -> dict[str, str]:
         result = RunResult.model_validate_json(text)
         assert (result.config_hash, result.status, result.steps) == (config_hash, status, steps)
     return {config_hash: text for config_hash, _, _, text in rows}
-
-
-ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "RAY_AUTH_MODE": "disabled"}
 
 
 @dataclass

@@ -22,6 +22,10 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device '{name}' requested but CUDA is not available; allowed here: auto, cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ValueError(f"device '{name}' does not exist: this machine has {count} CUDA device(s); allowed here: "
+                         f"auto, cpu, cuda, cuda:0 to cuda:{count - 1}")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device '{name}' requested but MPS is not available; allowed here: auto, cpu")
     return device
