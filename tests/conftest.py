@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# Subprocesses of the tests import this checkout's sepbench first, and whatever else the caller's PYTHONPATH holds.
 SOURCE = str(Path(__file__).resolve().parents[1] / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SOURCE, os.environ.get("PYTHONPATH")) if p)
-"""Subprocesses see this checkout's sepbench first, and whatever else the caller's PYTHONPATH holds."""
 
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, torch.get_num_threads()))
 
