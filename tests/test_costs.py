@@ -1,6 +1,8 @@
 """Time estimates for runs still to train: stored runs of the same shape, steps timed now, or FLOPs."""
 from __future__ import annotations
 
+import time
+
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep import costs
@@ -116,3 +118,27 @@ def test_the_timed_steps_hold_no_evaluation(monkeypatch):
                         lambda self, *a, **k: calls.append(self.config.train.steps) or real(self, *a, **k))
     cost = costs.time_shape(tiny(steps=100))
     assert len(calls) == 1 and cost.step_seconds > 0 and cost.eval_seconds > 0
+
+
+def test_a_shape_is_timed_with_the_threads_its_run_will_have(monkeypatch):
+    """Runs train on one intra-op thread unless $SEPBENCH_THREADS says otherwise; timing a shape on torch's
+    default (every core) read 2-3x high on a busy machine. The caller's thread count comes back after."""
+    import torch
+
+    from sepbench.train.loop import Trainer
+
+    seen = []
+    real = Trainer.train_until
+    monkeypatch.setattr(Trainer, "train_until",
+                        lambda self, *a, **k: seen.append(torch.get_num_threads()) or real(self, *a, **k))
+    monkeypatch.delenv("SEPBENCH_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        costs.time_shape(tiny(steps=100))
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        assert costs.clock("cpu") is time.perf_counter  # several threads: CPU seconds would add up across them
+        torch.set_num_threads(1)
+        assert costs.clock("cpu") is time.process_time
+    finally:
+        torch.set_num_threads(before)

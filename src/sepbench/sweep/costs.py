@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
+
+import torch
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
+from sepbench.train.environment import default_threads, resolve_device
 
 TIMED_STEPS = 4
 """Training steps timed per shape, after one untimed step (the first pays for allocations)."""
@@ -133,23 +136,36 @@ def smaller_probes(cfg: RunConfig) -> Iterator[RunConfig]:
             value //= 2
 
 
+def clock(device: str) -> Callable[[], float]:
+    """The clock a shape is timed by: on one CPU thread, this process's CPU seconds (core-seconds, which other
+    jobs on the machine barely change; wall time read 1.5-2x higher with both cores busy); else wall time."""
+    on_one_thread = resolve_device(device).type == "cpu" and torch.get_num_threads() == 1
+    return time.process_time if on_one_thread else time.perf_counter
+
+
 def time_shape(cfg: RunConfig, steps: int = TIMED_STEPS, eval_rows: int = TIMED_EVAL_ROWS) -> ShapeCost:
-    """Time ``steps`` training steps and ``eval_rows`` evaluation rows of ``cfg``'s shape on its device (fresh
-    data: a fixed training set is not built)."""
+    """Time ``steps`` training steps and ``eval_rows`` evaluation rows of ``cfg``'s shape on its device, with the
+    intra-op threads its run will have (``default_threads``; fresh data: a fixed training set is not built)."""
     from sepbench.train.loop import Trainer
 
     rows = min(eval_rows, cfg.train.eval_samples)
     budget = steps + 2  # the timed steps end before the last one, which would evaluate
     probe = cfg.model_copy(update={"train": cfg.train.model_copy(update={
         "steps": budget, "eval_every": budget, "eval_samples": rows, "data": "fresh"})})
-    trainer = Trainer(probe)
-    trainer.train_until(1)
-    start = time.perf_counter()
-    trainer.train_until(1 + steps)
-    step = (time.perf_counter() - start) / steps
-    start = time.perf_counter()
-    trainer.assess(full=True)
-    evaluation = (time.perf_counter() - start) * cfg.train.eval_samples / rows
+    prior = torch.get_num_threads()
+    torch.set_num_threads(default_threads())  # the threads a run of a sweep or claim trains with
+    try:
+        trainer = Trainer(probe)
+        trainer.train_until(1)
+        now = clock(cfg.device)
+        start = now()
+        trainer.train_until(1 + steps)
+        step = (now() - start) / steps
+        start = now()
+        trainer.assess(full=True)
+        evaluation = (now() - start) * cfg.train.eval_samples / rows
+    finally:
+        torch.set_num_threads(prior)
     return ShapeCost(step, evaluation, "timed")
 
 
