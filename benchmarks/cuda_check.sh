@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU: the tests that need one, a short training run per mixer family on the GPU
 # (--device auto), and the zoo benchmark on cuda. Run from a checkout: bash benchmarks/cuda_check.sh [PYTHON]
-set -uo pipefail
+set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${1:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"

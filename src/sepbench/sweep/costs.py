@@ -138,7 +138,7 @@ def smaller_probes(cfg: RunConfig) -> Iterator[RunConfig]:
 
 def clock(device: str) -> Callable[[], float]:
     """The clock a shape is timed by: on one CPU thread, this process's CPU seconds (core-seconds, which other
-    jobs on the machine barely change; wall time read 1.5-2x higher with both cores busy); else wall time."""
+    jobs on the machine barely change, where wall time grows with them); else wall time."""
     on_one_thread = resolve_device(device).type == "cpu" and torch.get_num_threads() == 1
     return time.process_time if on_one_thread else time.perf_counter
 
