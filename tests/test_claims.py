@@ -294,7 +294,8 @@ def test_separations_are_judged_only_past_the_lengths_the_text_names(scale):
         for condition, bound in bounds:
             lengths = condition.lengths_at(scale)
             assert lengths and min(lengths) > bound, (claim.id, condition.text, scale, lengths)
-            assert set(lengths) <= {cfg.task.length for cfg in claim.configs(scale)}, (claim.id, scale)
+            if claim.at(scale).not_run is None:
+                assert set(lengths) <= {cfg.task.length for cfg in claim.configs(scale)}, (claim.id, scale)
 
 
 def test_a_claim_trains_only_the_runs_its_only_names_and_shares_them_with_the_whole_spec():
