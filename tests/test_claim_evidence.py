@@ -39,6 +39,10 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 reproduced, 0 not reproduced, 1 inconclusive" in result.stdout
     assert "inconclusive: no evidence shipped" in result.stdout  # bound-8k has no file in this folder
+    not_run = runner.invoke(app, ["reproduce", "--claim", "eq-ncp", "--evidence", "--scale", "cpu", "--evidence-dir",
+                                  str(tmp_path / "evidence")], terminal_width=300)
+    assert not_run.exit_code == 0, not_run.output
+    assert "0 of 1 claims have none" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
     yours = _store(tmp_path / "yours.db", 0.5)
     beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
                                  str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)

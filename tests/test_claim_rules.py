@@ -71,6 +71,23 @@ def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve,
         assert any("diverged" in r for r in deep.reasons) and label == INCONCLUSIVE
 
 
+@pytest.mark.parametrize("curve, label", [(FLAT, "inconclusive: seeds straddle the line, their curves flat"),
+                                          (RISING, "inconclusive: still learning at 1500 steps")])
+def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path, curve, label):
+    def make(cfg):
+        if cfg.model.name == "lstm" or (cfg.model.layers == 2 and cfg.seed == 0):
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.layers == 1:
+            return _run(cfg, [(s, 0.5, 0.69) for s in STEPS])
+        return _run(cfg, curve)
+
+    claim, (deep, shallow) = _evaluate(tmp_path, "dyck-depth", make)
+    assert deep.verdict == INCONCLUSIVE and shallow.verdict == REPRODUCED
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [deep, shallow]).label == label
+    if curve is FLAT:
+        assert any("seeds straddle 0.95 (0.800 to 0.990)" in r for r in deep.reasons), deep.reasons
+
+
 def _rate_runs(fast_step: int, lstm_learns: bool, slow_lr_fails: bool = False):
     def make(cfg):
         if cfg.model.name == "transformer":
@@ -94,7 +111,7 @@ def test_rate_claim_reads_the_recurrent_curves_at_k_times_the_transformers_steps
     assert rate.verdict == INCONCLUSIVE
     assert any("stopped at 2500 steps, before 10 x T = 5000" in r for r in rate.reasons), rate.reasons
     _, (level, _) = _evaluate(tmp_path / "d", "il-tf-vs-recurrent", _rate_runs(250, False, slow_lr_fails=True))
-    assert level.verdict == NOT_REPRODUCED and "2th best of 2 lr" in level.evidence[0]
+    assert level.verdict == NOT_REPRODUCED and "2nd best of 2 lr" in level.evidence[0]
 
 
 def test_log_growth_of_a_constructions_width():

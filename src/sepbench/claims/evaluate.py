@@ -51,6 +51,7 @@ from sepbench.train.result import RunResult
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 STILL_LEARNING = "still learning at"
+SEEDS_STRADDLE = "seeds straddle"
 NO_EVIDENCE = "no evidence shipped"
 INF = math.inf
 
@@ -112,7 +113,11 @@ class ClaimVerdict:
                 return f"{INCONCLUSIVE}: {common}"
         budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
                           if STILL_LEARNING in reason}, key=int)
-        return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps" if budgets else self.verdict
+        if budgets:
+            return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps"
+        if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
+            return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, their curves flat"
+        return self.verdict
 
 
 def combine(verdicts: Sequence[str]) -> str:
@@ -214,8 +219,13 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
         return Point(label, x, [])
     chosen_member = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])
     _, (_, seeds, where, lrs) = chosen_member
-    ordinal = "best" if rank == 1 else f"{rank}th best"
+    ordinal = "best" if rank == 1 else f"{_ordinal(rank)} best"
     return Point(label, x, [value(r) for r in seeds], member=where, detail=f", {ordinal} of {lrs} lr", runs=list(seeds))
+
+
+def _ordinal(rank: int) -> str:
+    suffix = "th" if 10 <= rank % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(rank % 10, "th")
+    return f"{rank}{suffix}"
 
 
 def _gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
@@ -291,10 +301,12 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
-        learning = _still_learning_reason(condition, points) if verdict == NOT_REPRODUCED else None
+        learning = _still_learning_reason(condition, points) if verdict != REPRODUCED else None
         if learning:
             outcome.reasons.append(f"N={n}: {learning}")
             verdict = INCONCLUSIVE
+        elif verdict == INCONCLUSIVE:
+            outcome.reasons.append(f"N={n}: {_straddle_text(condition, points)}")
         verdicts.append(verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts and not outcome.reasons:
@@ -310,13 +322,25 @@ def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
 
 
 def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
-    """Why "not reproduced" is not yet decided: the side that had to rise was still learning (None otherwise)."""
+    """Why "not reproduced" (or seeds on both sides) is not yet decided: a run of the side that had to rise was
+    still learning (None otherwise)."""
     if isinstance(condition, Level):
-        return learning_reason(points[0].runs, condition.threshold) if condition.direction == "at_least" else None
+        below = [r for r in points[0].runs if final_accuracy(r) < condition.threshold]
+        return learning_reason(below, condition.threshold) if condition.direction == "at_least" else None
     a, b = points
     if condition.direction == "above":
         return learning_reason(a.runs, min(1.0, max(b.values) + condition.margin))
     return learning_reason(b.runs, max(0.0, max(a.values) - condition.margin))
+
+
+def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:
+    """Why a condition whose deciding runs are done is still undecided: its seeds fall on both sides of the line."""
+    if isinstance(condition, Level):
+        line, values = f"{condition.threshold:g}", points[0].values
+    else:
+        line, values = f"a margin of {condition.margin:g}", [a - b for a in points[0].values for b in points[1].values]
+    return (f"{SEEDS_STRADDLE} {line} ({min(values):.3f} to {max(values):.3f}) and no deciding run was still "
+            "learning: the rule needs all seeds on one side")
 
 
 def _accuracy_at(result: RunResult, step: float) -> float:

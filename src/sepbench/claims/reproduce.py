@@ -158,7 +158,8 @@ def judge_shipped(claims: Sequence[Claim], scale: str, evidence_dir: Path, mine:
             raise ConfigError(f"--store {mine} does not exist; with --evidence it names a store of your runs to "
                               f"judge beside the shipped ones")
         store = Store(Path(scratch) / "evidence.db")
-        missing = shipped.load(claims, scale, evidence_dir, store)
+        by_id = {c.id: c for c in claims}
+        missing = [i for i in shipped.load(claims, scale, evidence_dir, store) if by_id[i].at(scale).not_run is None]
         verdicts = [shipped.unshipped(c, scale) if c.id in missing else judge(c, scale, store, train=False)
                     for c in claims]
         own = [judge(c, scale, Store(mine), train=False) for c in claims] if mine is not None else None
