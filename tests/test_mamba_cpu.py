@@ -74,6 +74,14 @@ def test_fused_scan_passes_gradcheck(length):
     assert torch.autograd.gradcheck(fused_selective_scan, inputs)
 
 
+@pytest.mark.parametrize("state", [1, 3, 6, 11])
+def test_fused_scan_passes_gradcheck_at_other_state_sizes(state):
+    inputs = scan_inputs(2, 17, 3, state=state, dtype=torch.float64, seed=state)
+    assert torch.autograd.gradcheck(fused_selective_scan, inputs)
+    skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 17, 3, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(fused_selective_scan, (*inputs, skip, z))
+
+
 def test_gated_scan_passes_gradcheck_and_matches_the_block_formula():
     delta, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
     skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()
