@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sepbench.config import RunConfig, TrainConfig
+from sepbench.heap import keep_freed_memory
 from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, stored_state_size
 from sepbench.tasks import Batch, Task, build_task
@@ -123,6 +124,7 @@ class Trainer:
     def __init__(self, config: RunConfig, keeping: Keeping | None = None) -> None:
         self.config = config
         self.device = resolve_device(config.device)
+        keep_freed_memory()
         seed_everything(config.seed)
         self.task = build_task(config.task.name, config.task.length, config.task.options)
         self.lengths = [config.task.length] + [n for n in config.task.eval_lengths or [] if n != config.task.length]

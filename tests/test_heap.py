@@ -1,0 +1,47 @@
+"""The training heap keeps freed memory: a step's activations, freed and allocated again, are not faulted in
+afresh every step."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from sepbench import heap
+
+STEPS_FAULTS = """
+import json, resource
+from sepbench.config import RunConfig
+from sepbench.train import Trainer
+run = Trainer(RunConfig.build({"task": {"name": "index_lookup", "length": 100},
+                               "model": {"name": "lstm", "layers": 1, "width": 64},
+                               "train": {"steps": 10**6, "eval_every": 10**6, "eval_samples": 64, "batch_size": 64},
+                               "device": "cpu"}))
+run.train_until(5)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+run.train_until(15)
+print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10))
+"""
+
+
+def faults_per_step(malloc: str) -> float:
+    """Minor page faults a training step takes, in a fresh process with SEPBENCH_MALLOC=``malloc``."""
+    env = {**os.environ, "SEPBENCH_MALLOC": malloc, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", STEPS_FAULTS], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the heap setting is glibc's")
+def test_a_kept_heap_stops_a_training_step_faulting_its_memory_in_again():
+    system, kept = faults_per_step("system"), faults_per_step("keep")
+    assert system > 1000, system  # LSTM-(1, 64) at N = 100: its step's buffers come back as fresh pages
+    assert kept < system / 10, (kept, system)
+
+
+def test_the_system_default_can_be_kept(monkeypatch):
+    monkeypatch.setenv("SEPBENCH_MALLOC", "system")
+    assert heap.keep_freed_memory.__wrapped__() is False
