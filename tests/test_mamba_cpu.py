@@ -13,8 +13,11 @@ from sepbench.config import ConfigError, ModelConfig, RunConfig
 from sepbench.models import build_model
 from sepbench.models.mixers import cpu_kernels, mamba_cpu
 from sepbench.models.mixers.mamba_cpu import fused_causal_conv, fused_selective_scan, kernel_library
+from sepbench.models.mixers.onednn_linear import onednn_available
 from sepbench.models.mixers.selective_scan import selective_scan_reference
 from sepbench.train import Trainer, train
+
+LINEAR = "onednn" if onednn_available() else "torch"
 
 if cpu_kernels.compiler() is None:
     pytest.skip("no C++ compiler: Mamba trains with the chunked scan here", allow_module_level=True)
@@ -176,7 +179,7 @@ def test_fused_and_chunked_training_end_at_the_same_loss_and_record_their_path()
         trainer.train_until(200)
         result = trainer.finish()
         losses[scan] = result.metrics["loss"]
-        assert result.compute_paths == {"scan": "fused" if scan == "auto" else "chunked"}
+        assert result.compute_paths == {"scan": "fused" if scan == "auto" else "chunked", "linear": LINEAR}
     assert abs(losses["auto"] - losses["chunked"]) < 1e-4
 
 
@@ -192,7 +195,7 @@ def test_without_a_compiler_mamba_falls_back_to_the_chunked_scan_logged_once(mon
     try:
         with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
             model = build_model(ModelConfig(name="mamba", layers=2, width=8), 5, 10)
-            assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked"}
+            assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked", "linear": LINEAR}
             model(torch.zeros(2, 6, dtype=torch.long)).sum().backward()
         assert len(caplog.records) == 1 and "no C++ compiler" in caplog.records[0].message
         fused = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"scan": "fused"}), 5, 10)
@@ -221,7 +224,7 @@ def test_kernels_can_be_turned_off(monkeypatch):
     try:
         assert kernel_library() is None
         model = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
-        assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked"}
+        assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked", "linear": LINEAR}
     finally:
         cpu_kernels._load.cache_clear()
 

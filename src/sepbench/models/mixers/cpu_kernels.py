@@ -44,6 +44,11 @@ def pytorch_forms() -> Iterator[None]:
         _held_back -= 1
 
 
+def held_back() -> bool:
+    """Whether the caller is inside ``pytorch_forms``."""
+    return _held_back > 0
+
+
 def cache_dir() -> Path:
     if "SEPBENCH_KERNEL_CACHE" in os.environ:
         return Path(os.environ["SEPBENCH_KERNEL_CACHE"])
@@ -86,7 +91,7 @@ def load(source: Path, arguments: tuple[tuple[str, int, int], ...]) -> ctypes.CD
     """The library built from ``source`` with each ``(name, pointers, sizes)`` kernel declared for float32 and
     float64 (``name_f32``, ``name_f64``; ``(name, 0, 0)``: a constant returned as int64), or None where it is
     off, cannot be built, or inside ``pytorch_forms``."""
-    return None if _held_back else _load(source, arguments)
+    return None if held_back() else _load(source, arguments)
 
 
 @lru_cache(maxsize=None)

@@ -11,10 +11,11 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from sepbench.config import ModelConfig, StrictModel
+from sepbench.config import ConfigError, ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
 from sepbench.models.mixers.cpu_kernels import choose_path
 from sepbench.models.mixers.mamba_cpu import SOURCE, fused_causal_conv, fused_selective_scan, kernel_library
+from sepbench.models.mixers.onednn_linear import linear, onednn_available
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.registry import MODELS
 
@@ -29,6 +30,9 @@ class MambaOptions(StrictModel):
         "auto", description="training scan on CPU: auto (fused where its kernel builds, else chunked), fused (the "
         "compiled kernel, an error where it does not build), chunked (PyTorch), or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
+    linear: Literal["auto", "onednn", "torch"] = Field(
+        "auto", description="the projections' products on CPU: auto (oneDNN's where torch has it, else torch's), "
+        "onednn (an error where torch lacks it), torch (F.linear: MKL's sgemm)")
 
 
 def _cuda_kernel():
@@ -84,26 +88,40 @@ class MambaBlock(Mixer):
             dt = torch.exp(torch.rand(self.inner) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
             self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def _ssm_inputs(self, u: torch.Tensor, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _ssm_inputs(self, u: torch.Tensor, onednn: bool = False, fused: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Delta [..., E], B [..., N], C [..., N] from the convolved inner activations (the selection, sec. 3.2);
         ``fused``: Delta before its bias and softplus, which the fused scan applies."""
-        dt, b, c = self.x_proj(u).split([self.dt_rank, self.state_size, self.state_size], dim=-1)
-        # dt_proj through a contiguous copy of its transposed weight: autograd then forms the weight's gradient as
-        # dt^T @ grad [R, E], a product CPU GEMMs run ~8x faster than F.linear's grad^T @ dt [E, R] (R = 4 at width 64)
-        delta = dt @ self.dt_proj.weight.t().contiguous()
+        dt, b, c = linear(u, self.x_proj.weight, None, onednn).split([self.dt_rank, self.state_size, self.state_size],
+                                                                     dim=-1)
+        if onednn:
+            delta = linear(dt, self.dt_proj.weight, None, onednn)
+        else:
+            # through a contiguous copy of the transposed weight: autograd then forms the weight's gradient as
+            # dt^T @ grad [R, E], which MKL runs ~8x faster than F.linear's grad^T @ dt [E, R] (R = 4 at width 64)
+            delta = dt @ self.dt_proj.weight.t().contiguous()
         return (delta if fused else F.softplus(delta + self.dt_proj.bias)), b, c
+
+    def _in_proj(self, x: torch.Tensor, onednn: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's two branches u and z [..., E]; through oneDNN as two products, each output contiguous
+        (the fused kernels would otherwise copy both halves of one [..., 2E] product)."""
+        if onednn:
+            return tuple(linear(x, w, None, onednn) for w in self.in_proj.weight.chunk(2, dim=0))
+        return F.linear(x, self.in_proj.weight).chunk(2, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
-        u, z = self.in_proj(x).chunk(2, dim=-1)
+        onednn = self.linear_path(x.device) == "onednn"
+        u, z = self._in_proj(x, onednn)
         path = self.scan_path(x.device)
         if path == "fused":
             u = fused_causal_conv(u, self.conv.weight, self.conv.bias)
-            delta, b, c = self._ssm_inputs(u, fused=True)
-            return self.out_proj(fused_selective_scan(delta, -self.a_log.exp(), u, b, c, self.skip, z,
-                                                      self.dt_proj.bias, delta_softplus=True))
+            delta, b, c = self._ssm_inputs(u, onednn, fused=True)
+            y = fused_selective_scan(delta, -self.a_log.exp(), u, b, c, self.skip, z, self.dt_proj.bias,
+                                     delta_softplus=True)
+            return linear(y, self.out_proj.weight, None, onednn)
         u = F.silu(self.conv(u.transpose(1, 2))[..., :length].transpose(1, 2))  # [B, T, E]
-        delta, b, c = self._ssm_inputs(u)
+        delta, b, c = self._ssm_inputs(u, onednn)
         a = -self.a_log.exp()
         if path == "mamba_ssm":
             y = _cuda_kernel()(u.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), a,
@@ -112,7 +130,7 @@ class MambaBlock(Mixer):
         else:
             scans = {"reference": selective_scan_reference, "chunked": partial(selective_scan, chunk=self.options.chunk)}
             y = scans[path](delta, a, u, b, c) + self.skip * u
-        return self.out_proj(y * F.silu(z))
+        return linear(y * F.silu(z), self.out_proj.weight, None, onednn)
 
     def scan_path(self, device: torch.device) -> str:
         """The scan that trains on ``device``: mamba_ssm (CUDA kernel), fused (CPU kernel), chunked or reference."""
@@ -121,8 +139,17 @@ class MambaBlock(Mixer):
         return choose_path("mamba scan", self.options.scan, "fused", "chunked", device, kernel_library, SOURCE,
                            "auto, chunked, reference")
 
+    def linear_path(self, device: torch.device) -> str:
+        """The projections' products on ``device``: onednn (CPU, where torch has it) or torch."""
+        choice = self.options.linear
+        available = device.type == "cpu" and onednn_available()
+        if choice == "onednn" and not available:
+            raise ConfigError("mamba linear 'onednn' needs a CPU device and a torch built with oneDNN "
+                              "(torch.backends.mkldnn); allowed elsewhere: auto, torch")
+        return "onednn" if choice != "torch" and available else "torch"
+
     def compute_paths(self, device: torch.device) -> dict[str, str]:
-        return {"scan": self.scan_path(device)}
+        return {"scan": self.scan_path(device), "linear": self.linear_path(device)}
 
     def has_batching_rule(self, device: torch.device) -> bool:
         return False  # every scan path is an autograd.Function
@@ -133,14 +160,15 @@ class MambaBlock(Mixer):
         return MambaState(conv, ssm)
 
     def step(self, x: torch.Tensor, state: MambaState) -> tuple[torch.Tensor, MambaState]:
-        u, z = self.in_proj(x).chunk(2, dim=-1)
+        onednn = self.linear_path(x.device) == "onednn"
+        u, z = self._in_proj(x, onednn)
         window = torch.cat([state.conv, u.unsqueeze(-1)], dim=-1)  # [B, E, K]
         u = F.silu((window * self.conv.weight.squeeze(1)).sum(-1) + self.conv.bias)
-        delta, b, c = self._ssm_inputs(u)
+        delta, b, c = self._ssm_inputs(u, onednn)
         a = -self.a_log.exp()
         ssm = torch.exp(delta.unsqueeze(-1) * a) * state.ssm + (delta * u).unsqueeze(-1) * b.unsqueeze(-2)
         y = (ssm @ c.unsqueeze(-1)).squeeze(-1) + self.skip * u
-        return self.out_proj(y * F.silu(z)), MambaState(window[..., 1:], ssm)
+        return linear(y * F.silu(z), self.out_proj.weight, None, onednn), MambaState(window[..., 1:], ssm)
 
     def state_floats(self, length: int) -> int:
         """Closed form: E (K - 1) convolution inputs plus E N SSM state, whatever the length."""
