@@ -16,7 +16,7 @@ needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch has
 
 
 def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
-    return float((found - expected).abs().max() / expected.abs().max())
+    return float((found - expected).abs().max().detach() / expected.abs().max().detach())
 
 
 @needs_onednn
@@ -81,6 +81,19 @@ def test_decoding_steps_agree_with_the_whole_sequence_through_onednn():
             logits, state = model.step(tokens[:, t], state)
             steps.append(logits)
     torch.testing.assert_close(torch.stack(steps, 1), whole, rtol=1e-4, atol=1e-5)
+
+
+def test_an_operator_that_fails_or_differs_is_not_used(monkeypatch):
+    def broken(x, weight, bias=None):
+        raise RuntimeError("no such operator signature")
+
+    for stand_in in (broken, lambda x, weight, bias=None: F.linear(x, weight) + 1e-3):
+        monkeypatch.setattr(onednn_linear, "_times_transposed", stand_in)
+        onednn_linear.onednn_available.cache_clear()
+        try:
+            assert not onednn_available()
+        finally:
+            onednn_linear.onednn_available.cache_clear()
 
 
 def test_asking_for_onednn_where_torch_lacks_it_is_one_line(monkeypatch):

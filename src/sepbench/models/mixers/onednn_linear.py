@@ -3,7 +3,7 @@
 torch's ``F.linear`` runs float32 products on the CPU through MKL's sgemm; oneDNN (which torch's LSTM already uses)
 runs the same products with the core's widest vectors. On the AMD EPYC core sepbench's CPU figures come from,
 Mamba's projections at batch 64 x 101 positions took 0.85 ms through oneDNN against 1.95 ms through MKL forward,
-and 1.2 against 2.4 ms for the weight's gradient (docs/models.md, "Training-step cost"). Float64 inputs (which
+and 1.2 against 2.4 ms for the weight's gradient (docs/models.md, "Mamba"). Float64 inputs (which
 oneDNN does not take), CUDA tensors and ``pytorch_forms`` (FLOP counting) go through ``F.linear``.
 """
 from __future__ import annotations
@@ -17,15 +17,21 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from sepbench.models.mixers.cpu_kernels import held_back
 
 
-@lru_cache(maxsize=None)
-def onednn_available() -> bool:
-    """Whether this torch build carries oneDNN's linear operator on the CPU."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
 def _times_transposed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight^T (+ bias), x [..., in] contiguous, weight [out, in] (a transposed view is read in place)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@lru_cache(maxsize=None)
+def onednn_available() -> bool:
+    """Whether this torch build's oneDNN linear operator (private to torch) runs here and gives F.linear's numbers."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    x, weight = torch.linspace(-1, 1, 12).reshape(3, 4), torch.linspace(-2, 1, 20).reshape(5, 4)
+    try:
+        return torch.allclose(_times_transposed(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-6)
+    except (AttributeError, RuntimeError, TypeError):
+        return False
 
 
 class OneDNNLinear(torch.autograd.Function):
