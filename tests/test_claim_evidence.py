@@ -77,3 +77,29 @@ def test_the_shipped_evidence_covers_every_theory_claim_and_names_its_code():
             record = json.loads(line)
             assert (record.get("code_version") or record["run"]["code_version"]), (claim.id, line[:80])
     assert not missing
+
+
+def test_every_shipped_run_keeps_its_name_under_this_code():
+    """A new option or field must not rename stored runs: the shipped evidence would then read as missing."""
+    from sepbench.config import RunConfig
+
+    root = Path(__file__).resolve().parents[1] / "evidence"
+    renamed = []
+    for path in sorted(root.rglob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("kind") == "run":
+                run = record["run"]
+                if RunConfig.build(run["config"]).config_hash() != run["config_hash"]:
+                    renamed.append((path.name, run["config_hash"]))
+    assert not renamed, renamed[:5]
+
+
+def test_a_path_option_leaves_a_runs_name_alone():
+    from sepbench.config import RunConfig
+
+    base = {"task": {"name": "index_lookup", "length": 20}, "model": {"name": "mamba", "layers": 1, "width": 16}}
+    names = {RunConfig.build({**base, "model": {**base["model"], "options": options}}).config_hash()
+             for options in ({}, {"linear": "torch"}, {"linear": "onednn"})}
+    assert len(names) == 1
+    assert RunConfig.build({**base, "model": {**base["model"], "options": {"state": 8}}}).config_hash() not in names

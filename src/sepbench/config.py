@@ -94,6 +94,10 @@ class TrainConfig(StrictModel):
 
 WATCH_FIELDS = {"checkpoint_every", "tensorboard"}
 """Train fields that say how a run is kept and watched, never what it computes: no hash of a run or cell sees them."""
+PATH_OPTIONS = {"mamba": {"linear"}}
+"""Model options that choose only how the same products are computed (each result's ``compute_paths`` records the
+choice): no hash sees them, so runs stored before such an option existed keep their names. Mamba's older ``scan``
+and ``kernel`` stay in the hash, which names every Mamba run stored since they came."""
 
 
 class RunConfig(StrictModel):
@@ -111,7 +115,10 @@ class RunConfig(StrictModel):
 
     def identity(self, *without: str) -> dict[str, Any]:
         """The fields that decide the run's result, less the top-level fields ``without``, as JSON data."""
-        return self.model_dump(mode="json", exclude={**dict.fromkeys(without, True), "train": WATCH_FIELDS})
+        data = self.model_dump(mode="json", exclude={**dict.fromkeys(without, True), "train": WATCH_FIELDS})
+        paths = PATH_OPTIONS.get(self.model.name, set())
+        data["model"]["options"] = {k: v for k, v in data["model"]["options"].items() if k not in paths}
+        return data
 
     def cell_hash(self) -> str:
         """Names the seeds of one configuration: everything but the seed, the device and the ``WATCH_FIELDS``."""
