@@ -71,6 +71,21 @@ def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve,
         assert any("diverged" in r for r in deep.reasons) and label == INCONCLUSIVE
 
 
+def test_the_budget_named_is_the_one_the_slowest_rising_run_needs(tmp_path):
+    from sepbench.claims.learning import learning_reason
+
+    (claim,) = select(None, "dyck-depth")
+    cfgs = claim.configs("quick", EVAL)[:3]
+    slow = [(s, 0.3 + 0.02 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]  # +0.02 per 250 steps
+    falling_loss_only = [(s, 0.3, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
+    runs = [_run(cfgs[0], RISING), _run(cfgs[1], slow), _run(cfgs[2], falling_loss_only)]
+    reason = learning_reason(runs, 0.95)
+    assert f"seed {cfgs[1].seed}:" in reason and "0.95 needs ~8,375 steps" in reason, reason
+    assert "1 more with loss falling, accuracy not rising" in reason
+    only_flat = learning_reason(runs[2:], 0.95)
+    assert "a budget the accuracy slope cannot tell" in only_flat, only_flat
+
+
 @pytest.mark.parametrize("curve, label", [(FLAT, "inconclusive: seeds straddle the line, their curves flat"),
                                           (RISING, "inconclusive: still learning at 1500 steps")])
 def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path, curve, label):

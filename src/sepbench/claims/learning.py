@@ -20,6 +20,8 @@ QUARTER = 0.25
 MIN_POINTS = 3
 LOSS_FLOOR = 0.01
 """A loss fall counts when above this fraction of the loss (and above its noise)."""
+ROUND_OFF = 1e-6
+"""A fitted accuracy rise below this over the whole budget is a flat curve's round-off, not a slope."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Trend:
         """Steps at which the fitted accuracy line reaches ``target`` (None when it does not rise)."""
         if self.last >= target:
             return float(self.budget)
-        return self.budget + (target - self.last) / self.slope if self.slope > 0 else None
+        return self.budget + (target - self.last) / self.slope if self.slope * self.budget > ROUND_OFF else None
 
     def text(self, target: float | None = None) -> str:
         rate = f"accuracy {self.slope * 1000:+.3f} per 1k steps over the last quarter (noise {self.gain_noise:.3f})"
@@ -109,10 +111,15 @@ def still_learning(results: Sequence[RunResult]) -> list[tuple[RunResult, Trend]
 
 
 def learning_reason(results: Sequence[RunResult], target: float | None) -> str | None:
-    """'still learning at B steps: ...' for the steepest run still learning among ``results``, else None."""
+    """'still learning at B steps: ...' for the run still learning among ``results`` whose accuracy slope needs the
+    most steps to reach ``target`` (without a target, or where no slope rises, the steepest), else None."""
     learning = still_learning(results)
     if not learning:
         return None
-    result, steepest = max(learning, key=lambda item: item[1].slope)
-    return (f"still learning at {steepest.budget} steps ({len(learning)} of {len(results)} deciding runs; "
-            f"seed {result.config.seed}: {steepest.text(target)})")
+    rising = [(r, t) for r, t in learning if target is not None and t.steps_to(target) is not None]
+    result, chosen = (max(rising, key=lambda item: item[1].steps_to(target)) if rising
+                      else max(learning, key=lambda item: item[1].slope))
+    flat = len(learning) - len(rising) if rising else 0
+    others = f"; {flat} more with loss falling, accuracy not rising" if flat else ""
+    return (f"still learning at {chosen.budget} steps ({len(learning)} of {len(results)} deciding runs; "
+            f"seed {result.config.seed}: {chosen.text(target)}{others})")
