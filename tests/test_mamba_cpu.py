@@ -165,26 +165,28 @@ def test_mamba_model_fused_matches_reference_scan_in_float64():
         torch.testing.assert_close(grad, outputs["reference"][1][name], msg=name)
 
 
-def mamba_run(scan: str, steps: int = 200) -> RunConfig:
+def mamba_run(options: dict[str, str], steps: int = 200) -> RunConfig:
     return RunConfig.build({"task": {"name": "index_lookup", "length": 10},
-                            "model": {"name": "mamba", "layers": 1, "width": 16, "options": {"scan": scan}},
+                            "model": {"name": "mamba", "layers": 1, "width": 16, "options": options},
                             "train": {"steps": steps, "eval_every": steps, "eval_samples": 64, "batch_size": 16},
                             "device": "cpu"})
 
 
-def test_fused_and_chunked_training_end_at_the_same_loss_and_record_their_path():
+@pytest.mark.parametrize("option, paths", [("scan", {"auto": "fused", "chunked": "chunked"}),
+                                           ("linear", {"auto": LINEAR, "torch": "torch"})])
+def test_either_path_trains_to_the_same_loss_and_records_it(option, paths):
     losses = {}
-    for scan in ("auto", "chunked"):
-        trainer = Trainer(mamba_run(scan))
+    for choice, path in paths.items():
+        trainer = Trainer(mamba_run({option: choice}))
         trainer.train_until(200)
         result = trainer.finish()
-        losses[scan] = result.metrics["loss"]
-        assert result.compute_paths == {"scan": "fused" if scan == "auto" else "chunked", "linear": LINEAR}
-    assert abs(losses["auto"] - losses["chunked"]) < 1e-4
+        losses[choice] = result.metrics["loss"]
+        assert result.compute_paths[option] == path
+    assert max(losses.values()) - min(losses.values()) < 1e-4
 
 
 def test_the_same_seed_gives_the_same_metrics_with_the_fused_scan():
-    first, second = train(mamba_run("fused", 30)), train(mamba_run("fused", 30))
+    first, second = train(mamba_run({"scan": "fused"}, 30)), train(mamba_run({"scan": "fused"}, 30))
     assert first.metrics == second.metrics
     assert [(p.step, p.loss, p.accuracy) for p in first.curve] == [(p.step, p.loss, p.accuracy) for p in second.curve]
 

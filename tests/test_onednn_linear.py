@@ -5,12 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sepbench.config import ConfigError, ModelConfig, RunConfig
+from sepbench.config import ConfigError, ModelConfig
 from sepbench.models import build_model
 from sepbench.models.mixers import onednn_linear
 from sepbench.models.mixers.cpu_kernels import pytorch_forms
 from sepbench.models.mixers.onednn_linear import OneDNNLinear, linear, onednn_available
-from sepbench.train import Trainer
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch has no oneDNN linear on the CPU")
 
@@ -47,25 +46,6 @@ def test_where_onednn_cannot_take_the_product_f_linear_does():
     with pytorch_forms():  # FLOP counting sees only PyTorch's own products
         out = linear(x32.requires_grad_(), w32, None, onednn=True)
     assert out.grad_fn.name() != "OneDNNLinearBackward"
-
-
-def mamba_run(linear_path: str, steps: int = 150) -> RunConfig:
-    return RunConfig.build({"task": {"name": "index_lookup", "length": 10},
-                            "model": {"name": "mamba", "layers": 1, "width": 16, "options": {"linear": linear_path}},
-                            "train": {"steps": steps, "eval_every": steps, "eval_samples": 64, "batch_size": 16},
-                            "device": "cpu"})
-
-
-@needs_onednn
-def test_mamba_trains_to_the_same_loss_through_either_path_and_records_it():
-    losses = {}
-    for path in ("auto", "torch"):
-        trainer = Trainer(mamba_run(path))
-        trainer.train_until(150)
-        result = trainer.finish()
-        losses[path] = result.metrics["loss"]
-        assert result.compute_paths["linear"] == ("onednn" if path == "auto" else "torch")
-    assert abs(losses["auto"] - losses["torch"]) < 1e-4
 
 
 @needs_onednn
