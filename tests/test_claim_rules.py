@@ -71,6 +71,19 @@ def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve,
         assert any("diverged" in r for r in deep.reasons) and label == INCONCLUSIVE
 
 
+def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp_path):
+    def make(cfg):
+        if cfg.model.name == "transformer":  # seed 0 rises past the 0.7 the margin needs; the others stay flat below
+            return _run(cfg, [(s, 0.4 + 0.08 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)] if cfg.seed == 0 else
+                        [(s, 0.6, 0.5) for s in STEPS])
+        return _run(cfg, [(s, 0.4, 0.8) for s in STEPS])
+
+    claim, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
+    assert outcome.verdict == INCONCLUSIVE
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [outcome]).label == (
+        "inconclusive: seeds straddle the line, their curves flat"), outcome.reasons
+
+
 def test_the_budget_named_is_the_one_the_slowest_rising_run_needs(tmp_path):
     from sepbench.claims.learning import learning_reason
 

@@ -325,12 +325,14 @@ def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) 
     """Why "not reproduced" (or seeds on both sides) is not yet decided: a run of the side that had to rise was
     still learning (None otherwise)."""
     if isinstance(condition, Level):
-        below = [r for r in points[0].runs if final_accuracy(r) < condition.threshold]
-        return learning_reason(below, condition.threshold) if condition.direction == "at_least" else None
-    a, b = points
-    if condition.direction == "above":
-        return learning_reason(a.runs, min(1.0, max(b.values) + condition.margin))
-    return learning_reason(b.runs, max(0.0, max(a.values) - condition.margin))
+        rising, target = points[0].runs, condition.threshold
+        if condition.direction != "at_least":
+            return None
+    elif condition.direction == "above":
+        rising, target = points[0].runs, min(1.0, max(points[1].values) + condition.margin)
+    else:
+        rising, target = points[1].runs, max(0.0, max(points[0].values) - condition.margin)
+    return learning_reason([r for r in rising if final_accuracy(r) < target], target)
 
 
 def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:
