@@ -26,7 +26,7 @@ def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
     ((2, 3, 5), 9, 9, True, False)])
 def test_products_and_gradients_equal_f_linear(rows, inputs, outputs, bias, strided):
     g = torch.Generator().manual_seed(inputs)
-    x = torch.randn(*rows, 2 * inputs, generator=g)[..., :inputs] if strided else torch.randn(*rows, inputs, generator=g)
+    x = torch.randn(*rows, 2 * inputs if strided else inputs, generator=g)[..., :inputs]
     assert x.is_contiguous() != strided
     x.requires_grad_()
     weight = torch.randn(outputs, inputs, generator=g, requires_grad=True)
