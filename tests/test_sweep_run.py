@@ -177,7 +177,8 @@ class Interrupted:
 def _interrupt_when_stored(command: list[str], path: Path, tmp_path: Path, signal_group: bool,
                            mid_run: bool = False) -> Interrupted:
     """Start ``command``; once a run is stored (and, with ``mid_run``, another has reported steps from the
-    middle of its training), Ctrl-C it and see how it ends."""
+    first half of its training, so that it is still training when the signal lands: a run that started beside
+    the stored one may be about to finish too), Ctrl-C it and see how it ends."""
     log = tmp_path / "stderr.txt"
     with open(log, "w") as stderr:
         sweep = subprocess.Popen(command, env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -186,7 +187,8 @@ def _interrupt_when_stored(command: list[str], path: Path, tmp_path: Path, signa
         def ready() -> bool:
             if not (path.exists() and len(Store(path))):
                 return False
-            return not mid_run or any(r.result.steps > 0 for r in Store(path).running())
+            return not mid_run or any(0 < r.result.steps <= r.result.config.train.steps // 2
+                                      for r in Store(path).running())
 
         while sweep.poll() is None and time.monotonic() < deadline and not ready():
             time.sleep(0.1)
