@@ -85,6 +85,19 @@ def test_fused_scan_passes_gradcheck_at_other_state_sizes(state):
     assert torch.autograd.gradcheck(fused_selective_scan, (*inputs, skip, z))
 
 
+@pytest.mark.parametrize("length", [1, 17, 33])
+def test_register_blocked_backward_passes_gradcheck(length):
+    """N = 16 with the channels a multiple of one vector (8 doubles) takes the register-blocked backward, gated
+    and forming Delta by softplus as Mamba's block calls it."""
+    delta, a, u, b, c = scan_inputs(2, length, 16, state=16, dtype=torch.float64, seed=length)
+    g = torch.Generator().manual_seed(5)
+    skip, bias = (torch.randn(16, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
+    z = torch.randn(2, length, 16, generator=g, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(fused_selective_scan, (delta, a, u, b, c))
+    scan = lambda *x: fused_selective_scan(*x, delta_softplus=True)  # noqa: E731
+    assert torch.autograd.gradcheck(scan, (delta, a, u, b, c, skip, z, bias))
+
+
 def test_gated_scan_passes_gradcheck_and_matches_the_block_formula():
     delta, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
     skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()

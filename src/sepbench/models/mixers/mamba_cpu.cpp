@@ -354,6 +354,196 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
     }
 }
 
+// The scan again, register-blocked for Mamba's state size (N = 16) and E a multiple of one vector's channels:
+// each batch row walks time once per block of W channels (one 64-byte vector: 16 floats, 8 doubles) with the
+// block's N states, or N adjoints, held in registers, so a step of one state costs no loads or stores but its
+// inputs'. The kernels above (runtime N and E) keep every other shape. GCC vector types: AVX-512 where the
+// machine has it, else the compiler splits each vector into the widest it has.
+template <typename T> struct Simd;
+template <> struct Simd<float> {
+    typedef float V __attribute__((vector_size(64)));
+    typedef int32_t I __attribute__((vector_size(64)));
+    static constexpr int W = 16;
+};
+template <> struct Simd<double> {
+    typedef double V __attribute__((vector_size(64)));
+    typedef int64_t I __attribute__((vector_size(64)));
+    static constexpr int W = 8;
+};
+constexpr int BLOCKED_STATES = 16;
+
+template <typename V> inline V load(const void* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+template <typename V> inline void store(void* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <typename V, typename T> inline V splat(T s) { return V{} + s; }
+
+// vexp and vexp2 above, one vector at a time (the same operations, so the same numbers lane by lane).
+template <typename T> inline typename Simd<T>::V vexp_v(typename Simd<T>::V x) {
+    using K = ExpConstants<T>;
+    using V = typename Simd<T>::V;
+    using I = typename Simd<T>::I;
+    const V low = splat<V>(K::lowest), high = splat<V>(K::highest), round = splat<V>(K::round);
+    const V clamped = x < low ? low : (x > high ? high : x);
+    const V shifted = clamped * T(1.4426950408889634) + round;
+    const V k = shifted - round;
+    const V r = (clamped - k * K::ln2_hi) - k * K::ln2_lo;
+    V p = splat<V>(T(inverse_factorial(K::terms)));
+#pragma GCC unroll 16
+    for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(inverse_factorial(i));
+    const I power = (I)shifted - (I)round;
+    const V scaled = p * (V)((power + K::bias) << K::mantissa);
+    return x < low ? V{} : scaled;
+}
+
+template <typename T> inline typename Simd<T>::V vexp2_v(typename Simd<T>::V x) {
+    using K = ExpConstants<T>;
+    using V = typename Simd<T>::V;
+    using I = typename Simd<T>::I;
+    const V low = splat<V>(K::lowest2), high = splat<V>(K::highest2), round = splat<V>(K::round);
+    const V clamped = x < low ? low : (x > high ? high : x);
+    const V shifted = clamped + round;
+    const V r = clamped - (shifted - round);
+    V p = splat<V>(T(ln2_power_over_factorial(K::terms2)));
+#pragma GCC unroll 16
+    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(ln2_power_over_factorial(i));
+    const I power = (I)shifted - (I)round;
+    return p * (V)((power + K::bias) << K::mantissa);
+}
+
+template <typename T> inline typename Simd<T>::V sigmoid_v(typename Simd<T>::V x) {
+    return T(1) / (T(1) + vexp_v<T>(-x));
+}
+
+// sums[j] = the sum of p[j]'s lanes, for W vectors at once: each level adds the two halves of every group of
+// lanes, two vectors into one, so W vectors become one in log2(W) levels.
+inline Simd<float>::V lane_sums(const Simd<float>::V* p) {
+    using V = Simd<float>::V;
+    V q[8], r[4], s[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k)
+        q[k] = __builtin_shufflevector(p[2 * k], p[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(p[2 * k], p[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+        r[k] = __builtin_shufflevector(q[2 * k], q[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               __builtin_shufflevector(q[2 * k], q[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k)
+        s[k] = __builtin_shufflevector(r[2 * k], r[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               __builtin_shufflevector(r[2 * k], r[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return __builtin_shufflevector(s[0], s[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(s[0], s[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+inline Simd<double>::V lane_sums(const Simd<double>::V* p) {
+    using V = Simd<double>::V;
+    V q[4], r[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+        q[k] = __builtin_shufflevector(p[2 * k], p[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(p[2 * k], p[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k)
+        r[k] = __builtin_shufflevector(q[2 * k], q[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+               __builtin_shufflevector(q[2 * k], q[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    return __builtin_shufflevector(r[0], r[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(r[0], r[1], 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
+// Whether the blocked kernels take this shape.
+template <typename T> bool blocked(int64_t e_size, int64_t n_size) {
+    return n_size == BLOCKED_STATES && e_size % Simd<T>::W == 0;
+}
+
+// scan_backward for N = BLOCKED_STATES, one block of W channels at a time; grad_b and grad_c gather every
+// block's sums (lane_sums) and so start at zero here.
+template <typename T>
+void scan_backward_blocked(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip,
+                           const T* z, const T* pre, const T* delta_bias, const T* y, const T* saved,
+                           const T* grad_out, T* grad_delta, T* grad_u, T* grad_a, T* grad_b, T* grad_c,
+                           T* grad_skip, T* grad_z, T* grad_bias, int64_t b0, int64_t b1, int64_t length,
+                           int64_t e_size, int64_t span, int64_t soft) {
+    using V = typename Simd<T>::V;
+    constexpr int W = Simd<T>::W, N = BLOCKED_STATES;
+    const int64_t spans = (length + span - 1) / span, state_size = e_size * N;
+    const std::vector<T> a2 = base2(a, state_size);
+    std::vector<T> zeros(e_size);
+    std::vector<V> states((span + 1) * N), decays(span * N);
+    const T* bias = or_zeros(delta_bias, zeros);
+    const T* skip0 = or_zeros(skip, zeros);
+    for (int64_t b = b0; b < b1; ++b) {
+        std::fill(grad_b + b * length * N, grad_b + (b + 1) * length * N, T(0));
+        std::fill(grad_c + b * length * N, grad_c + (b + 1) * length * N, T(0));
+        for (int64_t e0 = 0; e0 < e_size; e0 += W) {
+            V g[N] = {}, gan[N] = {};
+            V gs{}, gbias{};
+            const V bias_e = load<V>(bias + e0), skip_e = load<V>(skip0 + e0);
+            for (int64_t s = spans - 1; s >= 0; --s) {
+                const int64_t t0 = s * span, t1 = std::min(length, t0 + span);
+                V h[N];
+                const T* start = saved + (b * spans + s) * state_size + e0;
+#pragma GCC unroll 16
+                for (int n = 0; n < N; ++n) states[n] = h[n] = load<V>(start + n * e_size);
+                for (int64_t t = t0; t < t1; ++t) {
+                    const int64_t row = (b * length + t) * e_size + e0, bc = (b * length + t) * N;
+                    const V d = load<V>(delta + row), x = d * load<V>(u + row);
+                    V* after = states.data() + (t - t0 + 1) * N;
+                    V* decay = decays.data() + (t - t0) * N;
+#pragma GCC unroll 16
+                    for (int n = 0; n < N; ++n) {
+                        decay[n] = vexp2_v<T>(d * load<V>(a2.data() + n * e_size + e0));
+                        after[n] = h[n] = decay[n] * h[n] + x * bm[bc + n];
+                    }
+                }
+                for (int64_t t = t1 - 1; t >= t0; --t) {
+                    const int64_t row = (b * length + t) * e_size + e0, bc = (b * length + t) * N;
+                    const V d = load<V>(delta + row), ut = load<V>(u + row), go = load<V>(grad_out + row);
+                    V dy = go;
+                    if (z) {
+                        const V zt = load<V>(z + row), gate = sigmoid_v<T>(zt);
+                        const V skipped = load<V>(y + row) + skip_e * ut;
+                        dy = go * zt * gate;
+                        store(grad_z + row, go * skipped * gate * (T(1) + zt * (T(1) - gate)));
+                    }
+                    gs += dy * ut;
+                    const V x = d * ut;
+                    V gx{}, gd{}, pb[N], pc[N];
+                    const V* before = states.data() + (t - t0) * N;
+                    const V* decay = decays.data() + (t - t0) * N;
+#pragma GCC unroll 16
+                    for (int n = 0; n < N; ++n) {
+                        const V total = g[n] + dy * cm[bc + n];
+                        pc[n] = dy * before[N + n];
+                        pb[n] = x * total;
+                        gx += total * bm[bc + n];
+                        const V log_decay = total * before[n] * decay[n];  // dL / d(Delta_t A)
+                        gan[n] += log_decay * d;
+                        gd += log_decay * load<V>(a + n * e_size + e0);
+                        g[n] = total * decay[n];
+                    }
+#pragma GCC unroll 4
+                    for (int k = 0; k < N; k += W) {
+                        store(grad_b + bc + k, load<V>(grad_b + bc + k) + lane_sums(pb + k));
+                        store(grad_c + bc + k, load<V>(grad_c + bc + k) + lane_sums(pc + k));
+                    }
+                    V gdt = gd + gx * ut;
+                    store(grad_u + row, gx * d + dy * skip_e);
+                    if (soft) gdt *= sigmoid_v<T>(load<V>(pre + row) + bias_e);
+                    store(grad_delta + row, gdt);
+                    gbias += gdt;
+                }
+            }
+#pragma GCC unroll 16
+            for (int n = 0; n < N; ++n) store(grad_a + b * state_size + n * e_size + e0, gan[n]);
+            if (grad_skip) store(grad_skip + b * e_size + e0, gs);
+            if (grad_bias) store(grad_bias + b * e_size + e0, gbias);
+        }
+    }
+}
+
 }  // namespace
 
 #define SEPBENCH_KERNELS(T, SUFFIX)                                                                                \
@@ -369,6 +559,10 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
                                 T* grad_delta, T* grad_u, T* grad_a, T* grad_b, T* grad_c, T* grad_skip,           \
                                 T* grad_z, T* grad_bias, int64_t b0, int64_t b1, int64_t length, int64_t e,        \
                                 int64_t n, int64_t span, int64_t soft) {                                           \
+        if (blocked<T>(e, n))                                                                                      \
+            return scan_backward_blocked(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, \
+                                         grad_u, grad_a, grad_b, grad_c, grad_skip, grad_z, grad_bias, b0, b1,    \
+                                         length, e, span, soft);                                                  \
         scan_backward(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, grad_u, grad_a,    \
                       grad_b,                                                                                      \
                       grad_c, grad_skip, grad_z, grad_bias, b0, b1, length, e, n, span, soft);                    \
