@@ -98,6 +98,32 @@ def test_register_blocked_backward_passes_gradcheck(length):
     assert torch.autograd.gradcheck(scan, (delta, a, u, b, c, skip, z, bias))
 
 
+def test_register_blocked_backward_matches_the_row_wise_one(monkeypatch, tmp_path):
+    """The same gated softplus scan at N = 16, E = 128, through the default build (blocked backward) and one built
+    with the blocked kernels off (-DSEPBENCH_BLOCKED=0: the row-wise backward for every shape)."""
+    delta, a, u, b, c = scan_inputs(4, 37, 128, seed=9)
+    g = torch.Generator().manual_seed(6)
+    skip, bias = (torch.randn(128, generator=g).requires_grad_() for _ in range(2))
+    z = torch.randn(4, 37, 128, generator=g).requires_grad_()
+    inputs, grad = (delta, a, u, b, c, skip, z, bias), torch.randn(4, 37, 128, generator=g)
+
+    def gradients() -> tuple[torch.Tensor, ...]:
+        out = fused_selective_scan(*inputs, delta_softplus=True)
+        return torch.autograd.grad(out, inputs, grad)
+
+    blocked = gradients()
+    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, "-DSEPBENCH_BLOCKED=0"])
+    cpu_kernels._load.cache_clear()
+    try:
+        row_wise = gradients()
+        assert [p.name for p in tmp_path.glob("mamba_cpu-*.so")]  # the second build was made and used
+    finally:
+        cpu_kernels._load.cache_clear()
+    for name, one, other in zip(("delta", "A", "u", "B", "C", "D", "z", "delta_bias"), blocked, row_wise):
+        assert relative_error(one, other) < 1e-6, name
+
+
 def test_gated_scan_passes_gradcheck_and_matches_the_block_formula():
     delta, a, u, b, c = scan_inputs(2, 19, 3, state=4, dtype=torch.float64)
     skip, z = torch.randn(3, dtype=torch.float64).requires_grad_(), torch.randn(2, 19, 3, dtype=torch.float64).requires_grad_()

@@ -354,6 +354,17 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
     }
 }
 
+// The blocked backward below needs GCC 12's __builtin_shufflevector; with another compiler (or
+// -DSEPBENCH_BLOCKED=0) every shape takes the row-wise kernels above.
+#ifndef SEPBENCH_BLOCKED
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define SEPBENCH_BLOCKED 1
+#else
+#define SEPBENCH_BLOCKED 0
+#endif
+#endif
+
+#if SEPBENCH_BLOCKED
 // The scan again, register-blocked for Mamba's state size (N = 16) and E a multiple of one vector's channels:
 // each batch row walks time once per block of W channels (one 64-byte vector: 16 floats, 8 doubles) with the
 // block's N states, or N adjoints, held in registers, so a step of one state costs no loads or stores but its
@@ -453,10 +464,6 @@ inline Simd<double>::V lane_sums(const Simd<double>::V* p) {
            __builtin_shufflevector(r[0], r[1], 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-// Whether the blocked kernels take this shape.
-template <typename T> bool blocked(int64_t e_size, int64_t n_size) {
-    return n_size == BLOCKED_STATES && e_size % Simd<T>::W == 0;
-}
 
 // scan_backward for N = BLOCKED_STATES, one block of W channels at a time; grad_b and grad_c gather every
 // block's sums (lane_sums) and so start at zero here.
@@ -543,6 +550,23 @@ void scan_backward_blocked(const T* delta, const T* u, const T* a, const T* bm, 
         }
     }
 }
+#endif  // SEPBENCH_BLOCKED
+
+// scan_backward, blocked where the shape allows.
+template <typename T>
+void scan_backward_any(const T* delta, const T* u, const T* a, const T* bm, const T* cm, const T* skip, const T* z,
+                       const T* pre, const T* delta_bias, const T* y, const T* saved, const T* grad_out, T* grad_delta,
+                       T* grad_u, T* grad_a, T* grad_b, T* grad_c, T* grad_skip, T* grad_z, T* grad_bias, int64_t b0,
+                       int64_t b1, int64_t length, int64_t e_size, int64_t n_size, int64_t span, int64_t soft) {
+#if SEPBENCH_BLOCKED
+    if (n_size == BLOCKED_STATES && e_size % Simd<T>::W == 0)
+        return scan_backward_blocked(delta, u, a, bm, cm, skip, z, pre, delta_bias, y, saved, grad_out, grad_delta,
+                                     grad_u, grad_a, grad_b, grad_c, grad_skip, grad_z, grad_bias, b0, b1, length,
+                                     e_size, span, soft);
+#endif
+    scan_backward(delta, u, a, bm, cm, skip, z, pre, delta_bias, y, saved, grad_out, grad_delta, grad_u, grad_a,
+                  grad_b, grad_c, grad_skip, grad_z, grad_bias, b0, b1, length, e_size, n_size, span, soft);
+}
 
 }  // namespace
 
@@ -559,13 +583,8 @@ void scan_backward_blocked(const T* delta, const T* u, const T* a, const T* bm, 
                                 T* grad_delta, T* grad_u, T* grad_a, T* grad_b, T* grad_c, T* grad_skip,           \
                                 T* grad_z, T* grad_bias, int64_t b0, int64_t b1, int64_t length, int64_t e,        \
                                 int64_t n, int64_t span, int64_t soft) {                                           \
-        if (blocked<T>(e, n))                                                                                      \
-            return scan_backward_blocked(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, \
-                                         grad_u, grad_a, grad_b, grad_c, grad_skip, grad_z, grad_bias, b0, b1,    \
-                                         length, e, span, soft);                                                  \
-        scan_backward(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, grad_u, grad_a,    \
-                      grad_b,                                                                                      \
-                      grad_c, grad_skip, grad_z, grad_bias, b0, b1, length, e, n, span, soft);                    \
+        scan_backward_any(delta, u, a, bm, cm, skip, z, pre, bias, y, saved, grad_out, grad_delta, grad_u, grad_a, \
+                          grad_b, grad_c, grad_skip, grad_z, grad_bias, b0, b1, length, e, n, span, soft);         \
     }                                                                                                              \
     void conv_forward_##SUFFIX(const T* x, const T* w, const T* bias, T* out, int64_t b0, int64_t b1,              \
                                int64_t length, int64_t e, int64_t k) {                                            \
