@@ -365,11 +365,12 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
 #endif
 
 #if SEPBENCH_BLOCKED
-// The scan again, register-blocked for Mamba's state size (N = 16) and E a multiple of one vector's channels:
-// each batch row walks time once per block of W channels (one 64-byte vector: 16 floats, 8 doubles) with the
-// block's N states, or N adjoints, held in registers, so a step of one state costs no loads or stores but its
-// inputs'. The kernels above (runtime N and E) keep every other shape. GCC vector types: AVX-512 where the
-// machine has it, else the compiler splits each vector into the widest it has.
+// The scan's backward again, register-blocked for Mamba's state size (N = 16) and E a multiple of one vector's
+// channels: each batch row walks its spans back once per block of W channels (one 64-byte vector: 16 floats,
+// 8 doubles) with the block's N adjoints in registers and the span's states and decays in L1, where the row-wise
+// loop loaded and stored every per-channel term once per state index. The kernels above (runtime N and E) keep
+// every other shape. GCC vector types: AVX-512 where the machine has it, else the compiler splits each vector
+// into the widest it has.
 template <typename T> struct Simd;
 template <> struct Simd<float> {
     typedef float V __attribute__((vector_size(64)));
@@ -391,7 +392,7 @@ template <typename V> inline V load(const void* p) {
 template <typename V> inline void store(void* p, V v) { std::memcpy(p, &v, sizeof v); }
 template <typename V, typename T> inline V splat(T s) { return V{} + s; }
 
-// vexp and vexp2 above, one vector at a time (the same operations, so the same numbers lane by lane).
+// vexp and vexp2 above, one vector at a time, by the same operations.
 template <typename T> inline typename Simd<T>::V vexp_v(typename Simd<T>::V x) {
     using K = ExpConstants<T>;
     using V = typename Simd<T>::V;
