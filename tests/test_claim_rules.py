@@ -197,3 +197,58 @@ def test_a_diverged_learning_rate_beside_one_that_trained_is_a_losing_one(tmp_pa
 
     _, (deep, _) = _evaluate(tmp_path, "dyck-depth", make)
     assert deep.verdict == REPRODUCED and "lr 0.001" in deep.evidence[0], deep.reasons
+
+
+def _searched(cfg, finalists: tuple[float, ...], at_rung: float, cut_at_rung: float, final: float):
+    """One run of a halving search that cut every rate but ``finalists`` at step 500: the cut ones stored pruned
+    with ``cut_at_rung`` there, the finalists at ``at_rung`` there and flat at ``final`` to the budget."""
+    if cfg.train.lr not in finalists:
+        return _run(cfg, [(250, cut_at_rung, 0.69), (500, cut_at_rung, 0.69)], status="pruned")
+    return _run(cfg, [(250, at_rung, 0.69), (500, at_rung, 0.69)] + [(s, final, 0.3) for s in range(750, 4001, 250)])
+
+
+def test_tied_cuts_are_those_within_the_evaluations_noise():
+    from sepbench.claims.ties import tied_cuts
+    from sepbench.train.result import EvalInterval
+    from sepbench.train.sequential import clopper_pearson
+
+    (claim,) = select(None, "dyck-depth")
+    cells = [c for c in claim.configs("cpu", EVAL) if c.model.name == "lstm"]
+    kept = (1e-3, 5e-3)
+    ties = tied_cuts([_searched(c, kept, 0.50, 0.49, 0.6) for c in cells])
+    assert sorted(t.lr for t in ties) == [1e-6, 5e-5, 1e-4, 5e-4, 1e-2]
+    assert all(t.step == 500 and t.kept_lr in kept for t in ties)
+    assert "lr 0.01 at step 500 with mean accuracy 0.490" in next(t.text() for t in ties if t.lr == 1e-2)
+    # 0.49 against 0.55 on 1000 examples a seed (2 standard errors of the difference ~0.026): no tie
+    apart = [_searched(c, kept, 0.55, 0.49, 0.9) for c in cells]
+    assert tied_cuts(apart) == []
+    # the same accuracies read off 256 examples a seed (the stored intervals say so) are a tie
+    for run in apart:
+        for point in run.curve:
+            interval = clopper_pearson(round(point.accuracy * 256), 256)
+            point.interval = EvalInterval(n=256, low=interval.low, high=interval.high, confidence=0.95)
+    assert len(tied_cuts(apart)) == 5
+
+
+def test_a_verdict_resting_on_rates_the_search_cut_on_a_tie_is_inconclusive(tmp_path):
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+
+    def judged(rung_gap: float) -> list:
+        store = Store(tmp_path / f"s{rung_gap}.db")
+        for cfg in configs:
+            if cfg.model.name == "lstm":
+                store.put(_run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved") if cfg.train.lr == 1e-3
+                          else _run(cfg, [(250, 0.5, 0.69), (500, 0.5, 0.69)], status="pruned"))
+            else:  # both Transformers: two finalists flat at 0.6 to the budget
+                store.put(_searched(cfg, (1e-4, 5e-4), 0.5 + rung_gap, 0.5, 0.6))
+        return evaluate_runs(claim, "cpu", configs, {r.config_hash: r for r in store.results()})
+
+    deep, shallow = judged(rung_gap=0.0)  # every rate at chance at the rung: the cuts were a draw
+    assert deep.verdict == INCONCLUSIVE and shallow.verdict == INCONCLUSIVE, (deep.reasons, shallow.reasons)
+    assert any("the rate search cut transformer-(2, 64)" in r for r in deep.reasons), deep.reasons
+    assert any("the rate search cut transformer-(1, 256)" in r for r in shallow.reasons), shallow.reasons
+    label = ClaimVerdict(claim, "cpu", INCONCLUSIVE, [deep, shallow]).label
+    assert label == "inconclusive: the rate search cut rates it could not rank"
+    deep, shallow = judged(rung_gap=0.3)  # the finalists led clearly at the rung: the cuts stand
+    assert deep.verdict == NOT_REPRODUCED and shallow.verdict == REPRODUCED, (deep.reasons, shallow.reasons)

@@ -28,6 +28,9 @@ Rules, the same for every claim:
   of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
   budget (``sepbench.claims.learning``): "not reproduced" becomes "inconclusive: still learning at B steps", with
   the measured slope and the budget it points to; an unsolved width whose runs are still learning is undecided.
+  So does a side whose rise could change a ``compare`` or ``level`` verdict when the learning-rate search cut one of
+  its rates on a tie (``sepbench.claims.ties``: within the evaluations' noise of a rate it kept, as every rate is
+  while none has learned): its best configuration may be one never trained to the budget.
   A claim is reproduced when every condition is, not reproduced when any condition is, and inconclusive
   otherwise.
 """
@@ -43,6 +46,7 @@ from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, G
                                        MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, config_fields, group_at,
                                        in_group)
 from sepbench.claims.learning import learning_reason
+from sepbench.claims.ties import tied_cuts
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
@@ -52,6 +56,7 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 STILL_LEARNING = "still learning at"
 SEEDS_STRADDLE = "seeds straddle"
+SEARCH_TIE = "the rate search cut"
 NO_EVIDENCE = "no evidence shipped"
 INF = math.inf
 
@@ -113,8 +118,12 @@ class ClaimVerdict:
                 return f"{INCONCLUSIVE}: {common}"
         budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
                           if STILL_LEARNING in reason}, key=int)
+        tied = any(SEARCH_TIE in reason for o in self.outcomes for reason in o.reasons)
+        untried = ", and the rate search cut rates it could not rank" if tied else ""
         if budgets:
-            return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps"
+            return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps{untried}"
+        if tied:
+            return f"{INCONCLUSIVE}: {SEARCH_TIE} rates it could not rank"
         if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
             return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, their curves flat"
         return self.verdict
@@ -278,9 +287,10 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
     outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None))
     verdicts = []
     for n in wanted:
-        points, reasons = [], []
+        points, reasons, searched = [], [], []
         for group, pick, slots in zip(groups, picks, slot_maps):
             slot = slots.get(n)
+            searched.append(slot.results if slot is not None else [])
             if slot is None:
                 reasons.append(f"N={n}: no run of {_group_label(group)} in the claim's specs")
                 points.append(Point(_group_label(group), n, []))
@@ -302,12 +312,14 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
         learning = _still_learning_reason(condition, points) if verdict != REPRODUCED else None
+        tie = _search_tie_reason(condition, verdict, searched, points, picks)
         if learning:
             outcome.reasons.append(f"N={n}: {learning}")
-            verdict = INCONCLUSIVE
-        elif verdict == INCONCLUSIVE:
+        elif verdict == INCONCLUSIVE and not tie:
             outcome.reasons.append(f"N={n}: {_straddle_text(condition, points)}")
-        verdicts.append(verdict)
+        if tie:
+            outcome.reasons.append(f"N={n}: {tie}")
+        verdicts.append(INCONCLUSIVE if learning or tie else verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts and not outcome.reasons:
         outcome.reasons.append("no lengths to judge" if not wanted else
@@ -333,6 +345,30 @@ def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) 
     else:
         rising, target = points[1].runs, max(0.0, max(points[0].values) - condition.margin)
     return learning_reason([r for r in rising if final_accuracy(r) < target], target)
+
+
+def _search_tie_reason(condition: Compare | Level, verdict: str, searched: Sequence[Sequence[RunResult]],
+                       points: Sequence[Point], picks: Sequence[str]) -> str | None:
+    """Why a verdict rests on learning rates the search never trained (``sepbench.claims.ties``): a side whose
+    rise could change the verdict (one that must rise and has not, or one that must stay below and has) had a
+    rate cut on a tie. With ``pick: worst`` only the picked member's rise moves the group's value."""
+    if isinstance(condition, Level):
+        rises_help = [condition.direction == "at_least"]
+    else:
+        rises_help = [condition.direction == "above", condition.direction != "above"]
+    cuts = []
+    for helps, results, point, pick in zip(rises_help, searched, points, picks):
+        if verdict == (REPRODUCED if helps else NOT_REPRODUCED):
+            continue
+        if pick != "best" and point.runs:
+            member = member_name(point.runs[0].config, condition.per)
+            results = [r for r in results if member_name(r.config, condition.per) == member]
+        cuts += tied_cuts(results)
+    if not cuts:
+        return None
+    others = f" ({len(cuts) - 1} more such cuts)" if len(cuts) > 1 else ""
+    return (f"{cuts[0].text()}{others}: the best configuration may be one the search never trained to its "
+            "budget, so the verdict waits on those rates trained in full")
 
 
 def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:

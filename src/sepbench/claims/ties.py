@@ -1,0 +1,84 @@
+"""Whether a learning-rate search cut rates it could not tell apart: a best configuration it never trained.
+
+Successive halving (``sepbench.sweep.halving``) ranks a cell's learning rates at each rung by their mean accuracy
+over seeds and stops the worse ones. Where no rate has learned yet (every one at chance) the ranking is the
+evaluation's noise, and the rates that train on are a draw: a cut rate might have learned later. A cut is *tied*
+when the cut rate's mean accuracy at its rung is within ``Z`` standard errors of the worst rate kept there (each
+evaluation's sampling noise from its Clopper-Pearson interval, or the binomial one where none is stored); then the
+cell's measured best may be below its grid's best, and a verdict that rests on it is not decided.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from sepbench.sweep.cells import cell_key
+from sepbench.train.result import EvalPoint, RunResult
+
+Z = 2.0
+"""Standard errors within which two learning rates' mean accuracies count as tied."""
+INTERVAL_Z = 1.959964
+"""The normal quantile of the evaluations' 95% intervals: half an interval is about this many standard errors."""
+
+
+@dataclass(frozen=True)
+class TiedCut:
+    """Learning rate ``lr`` of one cell, cut at ``step`` with mean accuracy ``cut`` while ``kept`` (the worst rate
+    that trained on) was within ``Z`` x ``noise`` of it."""
+
+    model: str
+    lr: float
+    step: int
+    cut: float
+    kept_lr: float
+    kept: float
+    noise: float
+
+    def text(self) -> str:
+        return (f"the rate search cut {self.model} lr {self.lr:g} at step {self.step} with mean accuracy "
+                f"{self.cut:.3f}, within the evaluations' noise of lr {self.kept_lr:g} which trained on "
+                f"({self.kept:.3f}; {Z:g} standard errors = {Z * self.noise:.3f})")
+
+
+def _variance(point: EvalPoint, eval_samples: int) -> float:
+    """The sampling variance of one evaluation's accuracy."""
+    if point.interval is not None and point.interval.n > 0:
+        return ((point.interval.high - point.interval.low) / (2 * INTERVAL_Z)) ** 2
+    p = min(max(point.accuracy, 0.5 / eval_samples), 1 - 0.5 / eval_samples)
+    return p * (1 - p) / eval_samples
+
+
+def _score(runs: Sequence[RunResult], step: int) -> tuple[float, float] | None:
+    """Mean accuracy over the seeds at ``step`` and the variance of that mean; None unless every seed has it."""
+    points = [next((p for p in r.curve if p.step == step), None) for r in runs]
+    if not runs or any(p is None for p in points):
+        return None
+    mean = sum(p.accuracy for p in points) / len(points)
+    variance = sum(_variance(p, r.config.train.eval_samples) for p, r in zip(points, runs)) / len(points) ** 2
+    return mean, variance
+
+
+def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
+    """Every cut of a learning rate among ``results`` (runs of one or more cells) made on a tie."""
+    cells: dict[str, dict[float, list[RunResult]]] = {}
+    for result in results:
+        cells.setdefault(cell_key(result.config), {}).setdefault(float(result.config.train.lr), []).append(result)
+    found = []
+    for by_lr in cells.values():
+        for lr, runs in by_lr.items():
+            if not all(r.status == "pruned" for r in runs):
+                continue
+            step = max(r.steps for r in runs)
+            cut = _score(runs, step)
+            kept = [(other, _score(group, step)) for other, group in by_lr.items()
+                    if other != lr and all(r.steps > step for r in group)]
+            kept = [(other, score) for other, score in kept if score is not None]
+            if cut is None or not kept:
+                continue
+            worst_lr, (worst, worst_variance) = min(kept, key=lambda item: item[1][0])
+            noise = math.sqrt(cut[1] + worst_variance)
+            if cut[0] >= worst - Z * noise:
+                found.append(TiedCut(f"{runs[0].config.model.name}-({runs[0].config.model.layers}, "
+                                     f"{runs[0].config.model.width})", lr, step, cut[0], worst_lr, worst, noise))
+    return found
