@@ -252,3 +252,28 @@ def test_a_verdict_resting_on_rates_the_search_cut_on_a_tie_is_inconclusive(tmp_
     assert label == "inconclusive: the rate search cut rates it could not rank"
     deep, shallow = judged(rung_gap=0.3)  # the finalists led clearly at the rung: the cuts stand
     assert deep.verdict == NOT_REPRODUCED and shallow.verdict == REPRODUCED, (deep.reasons, shallow.reasons)
+
+
+def test_settle_ties_trains_the_rates_cut_on_a_tie_in_full_and_decides_on_them(tmp_path):
+    from sepbench.claims.reproduce import judge, plan_claim
+
+    (claim,) = select(None, "dyck-depth")
+    small = {"model.width": 8, "train.steps": 4, "train.eval_every": 2, "train.eval_samples": 32,
+             "train.batch_size": 8}
+    configs = claim.configs("cpu", small)
+    store = Store(tmp_path / "s.db")
+    finalists = (1e-3, 5e-3)
+    for cfg in configs:  # every rate at chance at the rung (step 2): the search's cuts were a draw
+        if cfg.train.lr in finalists:
+            store.put(_run(cfg, [(2, 0.5, 0.69), (4, 0.5, 0.69)]))
+        else:
+            store.put(_run(cfg, [(2, 0.5, 0.69)], status="pruned"))
+    cut = {cfg.config_hash() for cfg in configs if cfg.train.lr not in finalists}
+    assert plan_claim(claim, "cpu", store, small).todo == []
+    plan = plan_claim(claim, "cpu", store, small, settle_ties=True)
+    assert plan.settled == cut and {cfg.config_hash() for cfg in plan.todo} == cut
+    before = judge(claim, "cpu", store, small, train=False)
+    assert any("the rate search cut" in r for o in before.outcomes for r in o.reasons)
+    after = judge(claim, "cpu", store, small, settle_ties=True)
+    assert all(store.get(h).status != "pruned" and store.get(h).steps == 4 for h in cut)
+    assert not any("the rate search cut" in r for o in after.outcomes for r in o.reasons), after.outcomes

@@ -9,6 +9,7 @@ from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import NotComputed, cached
 from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combine, evaluate_runs,
                                       evaluate_series)
+from sepbench.claims.ties import tied_cuts
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
@@ -25,6 +26,8 @@ class ClaimPlan:
     scale: str
     searches: list[tuple[SweepSpec, list[RunConfig]]] = field(default_factory=list)
     """The claim's specs that search learning rates by successive halving, with their runs (``halving_specs``)."""
+    settled: set[str] = field(default_factory=set)
+    """Config hashes of the runs of rates the search cut on a tie, to train in full (``settle_ties``)."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -37,23 +40,37 @@ class ClaimPlan:
         for spec, runs in self.searches:
             lrs = len(spec.lr_grid or [])
             for cfg in runs:
+                if cfg.config_hash() in self.settled:
+                    continue
                 rungs = schedule(cfg.train.steps, lrs, spec.halving_eta, cfg.train.eval_every, spec.halving_finalists)
                 shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * cfg.train.steps)
         return shares
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
-               reuse: Reuse = Reuse()) -> ClaimPlan:
+               reuse: Reuse = Reuse(), settle_ties: bool = False) -> ClaimPlan:
+    """What the claim's runs still need. ``settle_ties``: the runs of every learning rate its searches cut on a tie
+    (``sepbench.claims.ties``) train in full, as a grid trains them, replacing their pruned rows."""
     if claim.kind == "theory":
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
     searches = halving_specs(claim, scale, overrides)
-    halved = {cfg.config_hash() for _, runs in searches for cfg in runs}
+    settled = tied_runs(searches, store) if settle_ties else set()
+    halved = {cfg.config_hash() for _, runs in searches for cfg in runs} - settled
     by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
     by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
     todo = {cfg.config_hash() for cfg in by_grid.todo + by_halving.todo}
     return ClaimPlan(claim, configs, [cfg for cfg in configs if cfg.config_hash() in todo],
-                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale, searches)
+                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale, searches, settled)
+
+
+def tied_runs(searches: Sequence[tuple[SweepSpec, list[RunConfig]]], store: Store) -> set[str]:
+    """Config hashes of the stored pruned runs of every learning rate these searches cut on a tie."""
+    hashes: set[str] = set()
+    for _, runs in searches:
+        stored = [r for r in (store.get(cfg.config_hash()) for cfg in runs) if r is not None]
+        hashes.update(h for cut in tied_cuts(stored) for h in cut.hashes)
+    return hashes
 
 
 def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None
@@ -70,8 +87,9 @@ def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = N
 
 def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
-          train: bool = True, group_size: int | None = None) -> ClaimVerdict:
+          train: bool = True, group_size: int | None = None, settle_ties: bool = False) -> ClaimVerdict:
     """Train the claim's missing runs (or run its theory check), then evaluate its conditions.
+    ``settle_ties``: also train in full the rates its searches cut on a tie (``plan_claim``).
 
     ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
 
@@ -96,7 +114,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
         reason = f"not run at the {scale} scale: {not_run}"
         return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                          for c in claim.conditions], 0.0, 0)
-    claim_plan = plan_claim(claim, scale, store, overrides, reuse)
+    claim_plan = plan_claim(claim, scale, store, overrides, reuse, settle_ties)
     if train and claim_plan.todo:
         from sepbench.sweep.grouped import default_group_size
 
@@ -105,7 +123,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
         todo = {cfg.config_hash() for cfg in claim_plan.todo}
         halved: set[str] = set()
         for spec, runs in claim_plan.searches:
-            hashes = {cfg.config_hash() for cfg in runs}
+            hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
             if hashes & todo:
                 run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
                             finalists=spec.halving_finalists)
@@ -126,12 +144,12 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
               workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
-              group_size: int | None = None) -> list[ClaimVerdict]:
+              group_size: int | None = None, settle_ties: bool = False) -> list[ClaimVerdict]:
     """``judge`` each claim in turn. Ctrl-C raises SweepInterrupted (how many runs finished) once the runs in
     training have saved their checkpoints."""
     with interrupts_counted(store) as finished:
         return [judge(claim, scale, store, overrides, workers=workers, on_result=finished.reporting(on_result),
-                      reuse=reuse, group_size=group_size) for claim in claims]
+                      reuse=reuse, group_size=group_size, settle_ties=settle_ties) for claim in claims]
 
 
 @dataclass

@@ -34,6 +34,8 @@ class TiedCut:
     kept_lr: float
     kept: float
     noise: float
+    hashes: tuple[str, ...] = ()
+    """The config hashes of the cut rate's runs (one per seed)."""
 
     def text(self) -> str:
         return (f"the rate search cut {self.model} lr {self.lr:g} at step {self.step} with mean accuracy "
@@ -79,6 +81,7 @@ def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
             worst_lr, (worst, worst_variance) = min(kept, key=lambda item: item[1][0])
             noise = math.sqrt(cut[1] + worst_variance)
             if cut[0] >= worst - Z * noise:
-                found.append(TiedCut(f"{runs[0].config.model.name}-({runs[0].config.model.layers}, "
-                                     f"{runs[0].config.model.width})", lr, step, cut[0], worst_lr, worst, noise))
+                model = f"{runs[0].config.model.name}-({runs[0].config.model.layers}, {runs[0].config.model.width})"
+                found.append(TiedCut(model, lr, step, cut[0], worst_lr, worst, noise,
+                                     tuple(r.config_hash for r in runs)))
     return found

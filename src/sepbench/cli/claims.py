@@ -49,6 +49,10 @@ def reproduce(
                                       "<dir>/<scale>/<claim>.jsonl"),
     write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
                                         "(or check result) to --evidence-dir as JSON lines"),
+    settle_ties: bool = typer.Option(False, "--settle-ties", help="also train in full every learning rate a rate "
+                                     "search cut while it was within the evaluations' noise of one it kept "
+                                     "(verdicts 'the rate search cut rates it could not rank'; see "
+                                     "docs/reproduction.md)"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
 
@@ -69,14 +73,15 @@ def reproduce(
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
-        if evidence and (overrides or dry_run or write_evidence):
+        if evidence and (overrides or dry_run or write_evidence or settle_ties):
             raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
-                              "--store, --evidence-dir (not --set, --dry-run or --write-evidence)")
+                              "--store, --evidence-dir (not --set, --dry-run, --write-evidence or --settle-ties)")
         if evidence:
             _from_evidence(claims, scale.value, evidence_dir, store)
             return
         db = Store(store)
-        plans = [plan_claim(c, scale.value, db, overrides, reuse) for c in claims] if not list_only else []
+        plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
+                 if not list_only else [])
         if not list_only and not dry_run:
             db.check_writable()
     if list_only:
@@ -93,7 +98,7 @@ def reproduce(
     try:
         with SweepProgress("reproduce", todo, err) as progress:
             verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=progress.advance,
-                                 reuse=reuse, group_size=group_size)
+                                 reuse=reuse, group_size=group_size, settle_ties=settle_ties)
     except SweepInterrupted as stop:
         interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
     _print_verdicts(verdicts, scale.value, overrides)
