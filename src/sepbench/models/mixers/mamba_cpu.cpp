@@ -392,13 +392,17 @@ template <typename V> inline V load(const void* p) {
 template <typename V> inline void store(void* p, V v) { std::memcpy(p, &v, sizeof v); }
 template <typename V, typename T> inline V splat(T s) { return V{} + s; }
 
+template <typename T> inline typename Simd<T>::V clamp_v(typename Simd<T>::V x, T low, T high) {
+    using V = typename Simd<T>::V;
+    return x < splat<V>(low) ? splat<V>(low) : (x > splat<V>(high) ? splat<V>(high) : x);
+}
+
 // vexp and vexp2 above, one vector at a time, by the same operations.
 template <typename T> inline typename Simd<T>::V vexp_v(typename Simd<T>::V x) {
     using K = ExpConstants<T>;
     using V = typename Simd<T>::V;
     using I = typename Simd<T>::I;
-    const V low = splat<V>(K::lowest), high = splat<V>(K::highest), round = splat<V>(K::round);
-    const V clamped = x < low ? low : (x > high ? high : x);
+    const V round = splat<V>(K::round), clamped = clamp_v<T>(x, K::lowest, K::highest);
     const V shifted = clamped * T(1.4426950408889634) + round;
     const V k = shifted - round;
     const V r = (clamped - k * K::ln2_hi) - k * K::ln2_lo;
@@ -407,15 +411,14 @@ template <typename T> inline typename Simd<T>::V vexp_v(typename Simd<T>::V x) {
     for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(inverse_factorial(i));
     const I power = (I)shifted - (I)round;
     const V scaled = p * (V)((power + K::bias) << K::mantissa);
-    return x < low ? V{} : scaled;
+    return x < splat<V>(K::lowest) ? V{} : scaled;
 }
 
 template <typename T> inline typename Simd<T>::V vexp2_v(typename Simd<T>::V x) {
     using K = ExpConstants<T>;
     using V = typename Simd<T>::V;
     using I = typename Simd<T>::I;
-    const V low = splat<V>(K::lowest2), high = splat<V>(K::highest2), round = splat<V>(K::round);
-    const V clamped = x < low ? low : (x > high ? high : x);
+    const V round = splat<V>(K::round), clamped = clamp_v<T>(x, K::lowest2, K::highest2);
     const V shifted = clamped + round;
     const V r = clamped - (shifted - round);
     V p = splat<V>(T(ln2_power_over_factorial(K::terms2)));
