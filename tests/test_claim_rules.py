@@ -277,3 +277,24 @@ def test_settle_ties_trains_the_rates_cut_on_a_tie_in_full_and_decides_on_them(t
     after = judge(claim, "cpu", store, small, settle_ties=True)
     assert all(store.get(h).status != "pruned" and store.get(h).steps == 4 for h in cut)
     assert not any("the rate search cut" in r for o in after.outcomes for r in o.reasons), after.outcomes
+
+
+def test_the_verdict_table_points_at_settle_ties_where_a_search_cut_on_a_tie(tmp_path):
+    from typer.testing import CliRunner
+
+    from sepbench.claims import evidence
+    from sepbench.cli import app
+
+    (claim,) = select(None, "dyck-depth")
+    store = Store(tmp_path / "s.db")
+    for cfg in claim.configs("cpu"):
+        store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    evidence.write(claim, "cpu", store, tmp_path / "evidence")
+    runner = CliRunner()
+    judged = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--scale", "cpu", "--evidence",
+                                 "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
+    assert judged.exit_code == 0, judged.output
+    assert "dyck-depth: the rate search cut rates it could not rank" in judged.stdout
+    assert "--settle-ties" in judged.stdout
+    mixed = runner.invoke(app, ["reproduce", "--evidence", "--settle-ties"])
+    assert mixed.exit_code == 2 and "--settle-ties" in mixed.stderr and mixed.stderr.strip().count("\n") == 0

@@ -249,3 +249,9 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
         table.add_row(*row)
     out.print(table)
     say(tally(verdicts))
+    from sepbench.claims.evaluate import SEARCH_TIE
+
+    tied = [v.claim.id for v in verdicts if SEARCH_TIE in v.label]
+    if tied:
+        say(f"{', '.join(tied)}: {SEARCH_TIE} rates it could not rank; `sepbench reproduce --claim ID --scale "
+            f"{scale} --settle-ties` trains them in full (with --dry-run: what that costs)")
