@@ -20,6 +20,8 @@ QUARTER = 0.25
 MIN_POINTS = 3
 LOSS_FLOOR = 0.01
 """A loss fall counts when above this fraction of the loss (and above its noise)."""
+INTERVAL_Z = 1.96
+"""The normal quantile of a 95% interval: half an interval is this many standard errors."""
 ROUND_OFF = 1e-6
 """A fitted accuracy rise below this over the whole budget is a flat curve's round-off, not a slope."""
 
@@ -69,11 +71,12 @@ def _fit(steps: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
     return float(slope), float(intercept), error
 
 
-def _evaluation_noise(point: EvalPoint, eval_samples: int) -> float:
+def evaluation_noise(point: EvalPoint, eval_samples: int) -> float:
+    """Half the 95% interval of one evaluation's accuracy: the stored Clopper-Pearson one, else binomial."""
     if point.interval is not None:
         return (point.interval.high - point.interval.low) / 2
     p = min(max(point.accuracy, 1.0 / eval_samples), 1 - 1.0 / eval_samples)
-    return 1.96 * math.sqrt(p * (1 - p) / eval_samples)
+    return INTERVAL_Z * math.sqrt(p * (1 - p) / eval_samples)
 
 
 def trend(result: RunResult) -> Trend | None:
@@ -90,7 +93,7 @@ def trend(result: RunResult) -> Trend | None:
     accuracy = np.array([p.accuracy for p in tail])
     span = steps[-1] - steps[0]
     slope, intercept, error = _fit(steps, accuracy)
-    noise = max(_evaluation_noise(tail[-1], result.config.train.eval_samples), 2 * error * span)
+    noise = max(evaluation_noise(tail[-1], result.config.train.eval_samples), 2 * error * span)
     losses = np.array([p.loss for p in tail])
     fall, loss_noise = 0.0, math.inf
     if np.all(np.isfinite(losses)):

@@ -13,13 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from sepbench.claims.learning import INTERVAL_Z, evaluation_noise
 from sepbench.sweep.cells import cell_key
-from sepbench.train.result import EvalPoint, RunResult
+from sepbench.train.result import RunResult
 
 Z = 2.0
 """Standard errors within which two learning rates' mean accuracies count as tied."""
-INTERVAL_Z = 1.959964
-"""The normal quantile of the evaluations' 95% intervals: half an interval is about this many standard errors."""
 
 
 @dataclass(frozen=True)
@@ -43,21 +42,14 @@ class TiedCut:
                 f"({self.kept:.3f}; {Z:g} standard errors = {Z * self.noise:.3f})")
 
 
-def _variance(point: EvalPoint, eval_samples: int) -> float:
-    """The sampling variance of one evaluation's accuracy."""
-    if point.interval is not None and point.interval.n > 0:
-        return ((point.interval.high - point.interval.low) / (2 * INTERVAL_Z)) ** 2
-    p = min(max(point.accuracy, 0.5 / eval_samples), 1 - 0.5 / eval_samples)
-    return p * (1 - p) / eval_samples
-
-
 def _score(runs: Sequence[RunResult], step: int) -> tuple[float, float] | None:
     """Mean accuracy over the seeds at ``step`` and the variance of that mean; None unless every seed has it."""
     points = [next((p for p in r.curve if p.step == step), None) for r in runs]
     if not runs or any(p is None for p in points):
         return None
     mean = sum(p.accuracy for p in points) / len(points)
-    variance = sum(_variance(p, r.config.train.eval_samples) for p, r in zip(points, runs)) / len(points) ** 2
+    variance = sum((evaluation_noise(p, r.config.train.eval_samples) / INTERVAL_Z) ** 2
+                   for p, r in zip(points, runs)) / len(points) ** 2
     return mean, variance
 
 
