@@ -11,14 +11,14 @@ LOSS_RTOL = 1e-5  # relative, every evaluated loss of the curve; measured worst 
 EVAL_SAMPLES = 100
 
 
-def config(name: str, seed: int, lr: float, **train_overrides) -> RunConfig:
+def config(name: str, seed: int, lr: float, device: str = "cpu", **train_overrides) -> RunConfig:
     model = {"name": name, "width": 16} | ({} if name == "lstm" else {"heads": 2})
     return RunConfig.build({
         "task": {"name": "index_lookup", "length": 12},
         "model": model,
         "train": {"steps": 50, "eval_every": 10, "eval_samples": EVAL_SAMPLES, "batch_size": 16, "warmup_steps": 5,
                   "lr": lr, **train_overrides},
-        "seed": seed, "device": "cpu",
+        "seed": seed, "device": device,
     })
 
 
@@ -43,6 +43,15 @@ def test_each_member_matches_its_solo_run(name):
     for g, cfg in zip(grouped, configs):
         assert_same_run(g, train(cfg, progress=False))
     assert len({g.curve[-1].loss for g in grouped}) == 3  # the members really are different runs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["transformer", "sparse_transformer"])
+def test_each_member_matches_its_solo_run_on_cuda(name):
+    """The attention mixers train stacked on CUDA's fused kernels (members folded into the batch) as alone."""
+    configs = [config(name, seed, lr, device="cuda") for seed, lr in ((0, 1e-3), (1, 3e-3), (2, 1e-2))]
+    for g, cfg in zip(train_group(configs), configs):
+        assert_same_run(g, train(cfg, progress=False))
 
 
 def test_a_diverging_member_leaves_the_others_as_alone():

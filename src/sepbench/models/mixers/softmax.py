@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sepbench.config import ModelConfig
 from sepbench.models.mixers.base import Mixer
 from sepbench.models.mixers.kv_cache import KVCache, append, attend, empty_cache
+from sepbench.models.mixers.stacked_sdpa import attention
 from sepbench.models.registry import MODELS
 
 
@@ -43,7 +43,7 @@ class SoftmaxAttention(Mixer):
         batch, length, width = x.shape
         q, k, v = (t.transpose(1, 2) for t in self._split(x))
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        y = attention(q, k, v, is_causal=True, dropout_p=drop)
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
     def init_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> KVCache:

@@ -11,6 +11,7 @@ from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.stacked_sdpa import attention
 from sepbench.models.registry import MODELS
 
 
@@ -93,7 +94,7 @@ class SparseAttention(Mixer):
         """Reference: full T x T scores with the eq. 6 mask."""
         mask = allowed_mask(q.shape[2], self.block, self.k, self.c, q.device)
         drop = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        return attention(q, k, v, attn_mask=mask, dropout_p=drop)
 
     def block_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Each query block attends to its k+1 local key blocks plus the global keys of earlier blocks."""
@@ -116,7 +117,7 @@ class SparseAttention(Mixer):
         values = torch.cat([summary(v), local(v)], dim=3)
         mask = self._block_mask(blocks, q.device)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(qb, keys, values, attn_mask=mask, dropout_p=drop)
+        y = attention(qb, keys, values, attn_mask=mask, dropout_p=drop)
         return y.reshape(batch, heads, blocks * size, dim)[:, :, :length]
 
     def _block_mask(self, blocks: int, device: torch.device) -> torch.Tensor:
