@@ -103,3 +103,35 @@ def test_a_path_option_leaves_a_runs_name_alone():
              for options in ({}, {"linear": "torch"}, {"linear": "onednn"})}
     assert len(names) == 1
     assert RunConfig.build({**base, "model": {**base["model"], "options": {"state": 8}}}).config_hash() not in names
+
+
+def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_own(tmp_path):
+    (claim,) = select(None, CLAIM)
+    path, _ = evidence.write(claim, "quick", _store(tmp_path / "shipped.db", 0.99), tmp_path / "evidence")
+    every_line = path.read_text().splitlines()
+    dropped = claim.configs("quick")[:5]
+
+    def ship_without(configs) -> None:
+        gone = {cfg.config_hash() for cfg in configs}
+        path.write_text("".join(line + "\n" for line in every_line if json.loads(line)["run"]["config_hash"] not in gone))
+
+    ship_without(dropped)
+    mine = Store(tmp_path / "mine.db")
+    own = RunResult(config=dropped[0], config_hash=dropped[0].config_hash(), status="completed",
+                    metrics={"accuracy": 0.42}, curve=[], steps=1, wall_seconds=1.0, code_version="mine")
+    mine.put(own)
+    args = ["reproduce", "--claim", CLAIM, "--resume-evidence", "--evidence-dir", str(tmp_path / "evidence"),
+            "--store", str(mine.path)]
+    planned = runner.invoke(app, args + ["--dry-run"], terminal_width=300)
+    assert planned.exit_code == 0, planned.output
+    assert "resumed from the shipped evidence of 1 of 1 claims" in planned.stdout
+    assert "4 runs to train" in planned.stdout  # the 5 the evidence lacks, less the one already stored
+    assert len(Store(mine.path)) == 1  # a dry run writes nothing
+    ship_without(dropped[:1])  # the evidence now lacks only the run one already has: nothing trains
+    loaded = runner.invoke(app, args + ["--out", str(tmp_path / "report")], terminal_width=300)
+    assert loaded.exit_code == 0, loaded.output
+    assert "0 runs to train" in loaded.stdout
+    assert Store(mine.path).get(own.config_hash).code_version == "mine"
+    assert Store(mine.path).config_hashes() == {cfg.config_hash() for cfg in claim.configs("quick")}
+    both = runner.invoke(app, ["reproduce", "--evidence", "--resume-evidence"])
+    assert both.exit_code == 2 and "--resume-evidence" in both.stderr

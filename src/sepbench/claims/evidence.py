@@ -58,9 +58,10 @@ def write(claim: Claim, scale: str, store: Store, root: Path = EVIDENCE_DIR,
     return path, len(lines)
 
 
-def load(claims: Sequence[Claim], scale: str, root: Path, store: Store) -> list[str]:
+def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_stored: bool = False) -> list[str]:
     """Put every shipped record of ``claims`` at ``scale`` into ``store`` (runs) and its theory cache (checks);
-    returns the ids of the claims with no evidence file. A malformed line is a one-line ConfigError."""
+    with ``keep_stored``, a run the store already holds stays as it is. Returns the ids of the claims with no
+    evidence file. A malformed line is a one-line ConfigError."""
     missing = []
     for claim in claims:
         path = path_for(root, scale, claim.id)
@@ -74,15 +75,17 @@ def load(claims: Sequence[Claim], scale: str, root: Path, store: Store) -> list[
                 record = json.loads(line)
             except ValueError:
                 record = None
-            _put(record, store, f"{path}:{number}")
+            _put(record, store, f"{path}:{number}", keep_stored)
     return missing
 
 
-def _put(record: Any, store: Store, where: str) -> None:
+def _put(record: Any, store: Store, where: str, keep_stored: bool = False) -> None:
     kind = record.get("kind") if isinstance(record, dict) else None
     try:
         if kind == "run":
-            store.put(RunResult.model_validate(record["run"]))
+            run = RunResult.model_validate(record["run"])
+            if not (keep_stored and store.has(run.config_hash)):
+                store.put(run)
             return
         if kind == "check" and {"check", "params", "series", "seconds"} <= set(record["entry"]):
             put_entry(record["entry"], store.path)

@@ -49,6 +49,9 @@ def reproduce(
                                       "<dir>/<scale>/<claim>.jsonl"),
     write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
                                         "(or check result) to --evidence-dir as JSON lines"),
+    resume_evidence: bool = typer.Option(False, "--resume-evidence", help="first copy the shipped evidence of these "
+                                         "claims (--evidence-dir) into --store, keeping the runs it holds, so that "
+                                         "only the runs the evidence lacks are trained"),
     settle_ties: bool = typer.Option(False, "--settle-ties", help="also train in full every learning rate a rate "
                                      "search cut while it was within the evaluations' noise of one it kept "
                                      "(verdicts 'the rate search cut rates it could not rank'; see "
@@ -73,13 +76,16 @@ def reproduce(
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
-        if evidence and (overrides or dry_run or write_evidence or settle_ties):
+        if evidence and (overrides or dry_run or write_evidence or settle_ties or resume_evidence):
             raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
-                              "--store, --evidence-dir (not --set, --dry-run, --write-evidence or --settle-ties)")
+                              "--store, --evidence-dir (not --set, --dry-run, --write-evidence, --settle-ties or "
+                              "--resume-evidence)")
         if evidence:
             _from_evidence(claims, scale.value, evidence_dir, store)
             return
         db = Store(store)
+        if resume_evidence:
+            db = _resume_from_evidence(claims, scale.value, evidence_dir, db, dry_run)
         plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
                  if not list_only else [])
         if not list_only and not dry_run:
@@ -112,6 +118,27 @@ def reproduce(
         for claim in claims:
             path, count = shipped.write(claim, scale.value, db, evidence_dir, overrides)
             say(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}")
+
+
+def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: bool):
+    """The store with the shipped runs of ``claims`` copied in (a dry run gets a scratch copy: nothing is written)."""
+    import sqlite3
+    import tempfile
+    from contextlib import closing
+
+    from sepbench.claims import evidence as shipped
+    from sepbench.store import Store
+
+    if dry_run:
+        scratch = Path(tempfile.mkdtemp(prefix="sepbench-plan-")) / db.path.name
+        if db.path.exists():
+            with closing(sqlite3.connect(db.path)) as source, closing(sqlite3.connect(scratch)) as copy:
+                source.backup(copy)
+        db = Store(scratch)
+    missing = shipped.load(claims, scale, evidence_dir, db, keep_stored=True)
+    say(f"resumed from the shipped evidence of {len(claims) - len(missing)} of {len(claims)} claims in "
+        f"{evidence_dir / scale}")
+    return db
 
 
 def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
