@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import platform
 
 import pytest
 import torch
@@ -166,6 +167,19 @@ def test_scan_forming_delta_passes_gradcheck(softplus):
     assert torch.autograd.gradcheck(scan, (pre, a, u, b, c, skip, z, bias))
     positive = (pre.detach().abs() + 0.1).requires_grad_()
     assert torch.autograd.gradcheck(scan, (positive, a, u, b, c, None, None, None))
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the flush is x86's MXCSR mode")
+def test_the_kernels_flush_subnormals_and_leave_the_callers_mode_as_it_was():
+    """A subnormal B is read as zero inside the scan (the speed of Intel cores needs it), and torch's own
+    arithmetic after the call still keeps subnormals."""
+    tiny = torch.tensor(1e-39)
+    assert tiny.item() != 0.0 and (tiny * 0.5).item() != 0.0
+    delta, a, u = torch.ones(1, 1, 1), -torch.ones(1, 16), torch.ones(1, 1, 1)
+    b, c = torch.full((1, 1, 16), 1e-39), torch.ones(1, 1, 16)
+    assert selective_scan_reference(delta, a, u, b, c).item() != 0.0
+    assert fused_selective_scan(delta, a, u, b, c).item() == 0.0
+    assert (tiny * 0.5).item() != 0.0
 
 
 def test_fused_conv_matches_torch_and_passes_gradcheck():
