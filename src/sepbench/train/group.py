@@ -27,6 +27,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from sepbench.config import RunConfig
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
+from sepbench.models.vmap_only import VmapOnlyFunction
 from sepbench.tasks import Batch
 from sepbench.train import checkpoint, stopping, watch
 from sepbench.train.assessment import Assessment
@@ -53,22 +54,12 @@ def stackable(config: RunConfig) -> bool:
     return config.model.name in STACKED_MIXERS and config.model.dropout == 0.0
 
 
-class _PerMember(torch.autograd.Function):
+class _PerMember(VmapOnlyFunction):
     """Applies ``fn`` to each member's slice in turn under vmap, recorded by autograd as ordinary ops."""
-
-    generate_vmap_rule = False
 
     @staticmethod
     def forward(fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return fn(*tensors)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> None:  # pragma: no cover - only ever applied under vmap
-        raise RuntimeError("_PerMember is only differentiable under vmap")
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, fn: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -27,6 +27,7 @@ from sepbench.config import ConfigError
 
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17"]
 DTYPE_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+COMMON_HEADER = Path(__file__).with_name("kernels_common.h")
 
 log = logging.getLogger(__name__)
 _held_back = 0
@@ -72,17 +73,19 @@ def _cpu_identity() -> str:
 
 
 def build(source: Path, cxx: str) -> Path:
-    """Compile ``source`` into the cache (named by a hash of source, compiler, flags and CPU) unless it is there."""
+    """Compile ``source`` into the cache (named by a hash of source, the shared header, compiler, flags and CPU)
+    unless it is there."""
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256("\0".join([source.read_text(), version, " ".join(FLAGS), _cpu_identity()]).encode())
+    key = hashlib.sha256("\0".join([source.read_text(), COMMON_HEADER.read_text(), version, " ".join(FLAGS),
+                                    _cpu_identity()]).encode())
     target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # concurrent builders each rename a whole file
         built = Path(scratch) / target.name
-        subprocess.run([cxx, *FLAGS, str(source), "-o", str(built)], check=True, capture_output=True, text=True,
-                       timeout=300)
+        subprocess.run([cxx, *FLAGS, f"-I{COMMON_HEADER.parent}", str(source), "-o", str(built)], check=True,
+                       capture_output=True, text=True, timeout=300)
         os.replace(built, target)
     return target
 

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch._C._functorch import is_batchedtensor
 
+from sepbench.models.vmap_only import VmapOnlyFunction
+
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
               is_causal: bool = False, dropout_p: float = 0.0) -> torch.Tensor:
@@ -22,23 +24,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
 
 
-class _MembersFolded(torch.autograd.Function):
-    """Only applied under vmap: its vmap rule runs SDPA on the unwrapped tensors, which autograd records as usual."""
-
-    generate_vmap_rule = False
+class _MembersFolded(VmapOnlyFunction):
+    """SDPA over the members folded into the batch (its vmap rule)."""
 
     @staticmethod
     def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,  # type: ignore[override]
                 is_causal: bool, dropout_p: float) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        pass
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> None:  # pragma: no cover - only ever applied under vmap
-        raise RuntimeError("stacked attention is only differentiable under vmap")
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
