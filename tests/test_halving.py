@@ -267,3 +267,44 @@ def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
     assert len(outcome.results) == 4 and outcome.steps == 2 * (2 * 10 + 10)
     summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
     assert summary(parallel) == summary(inline)
+
+
+def _stored_cell(tmp_path, name: str, curves: dict[float, list[tuple[int, float]]]) -> Store:
+    store = Store(tmp_path / f"{name}.db")
+    for lr, curve in curves.items():
+        for seed in (0, 1):
+            store.put(_result(lr, seed, "completed", [(step, acc + 0.01 * seed) for step, acc in curve]))
+    return store
+
+
+def test_keeping_ties_trains_on_every_rate_a_rung_cannot_rank(tmp_path):
+    """All four rates at chance (0.47-0.52, 100 evaluation strings: a standard error of ~0.035 on a mean of two
+    seeds): the plain search cuts two at step 10 on noise, the tie-keeping one cuts none."""
+    chance = {3e-2: 0.50, 1e-2: 0.47, 1e-3: 0.52, 1e-5: 0.48}
+    curves = {lr: [(step, acc) for step in (10, 20, 30, 40)] for lr, acc in chance.items()}
+    configs = SweepSpec.build(SPEC).expand()
+    plain = halve_cell(configs, _stored_cell(tmp_path, "plain", curves))
+    kept = halve_cell(configs, _stored_cell(tmp_path, "kept", curves), keep_ties=True)
+    assert sorted(set(plain.cut_at.values())) == [10] and len(plain.cut_at) == 4  # two rates x two seeds
+    assert kept.cut_at == {}
+
+
+def test_keeping_ties_still_cuts_a_rate_clearly_behind(tmp_path):
+    curves = {3e-2: [(10, 0.9), (20, 0.95), (30, 0.96), (40, 0.97)], 1e-2: [(10, 0.88), (20, 0.9), (30, 0.92), (40, 0.95)],
+              1e-3: [(10, 0.5), (20, 0.5), (30, 0.5), (40, 0.5)], 1e-5: [(10, 0.49), (20, 0.5), (30, 0.5), (40, 0.5)]}
+    configs = SweepSpec.build(SPEC).expand()
+    outcome = halve_cell(configs, _stored_cell(tmp_path, "clear", curves), keep_ties=True)
+    cut_rates = {r.config.train.lr for r in Store(tmp_path / "clear.db").results() if r.config_hash in outcome.cut_at}
+    assert cut_rates == {1e-3, 1e-5} and set(outcome.cut_at.values()) == {10}
+
+
+def test_a_tie_keeping_search_trains_the_tied_rates_to_the_budget_unpruned(halved, tmp_path):
+    """Real training (LSTM, 40 steps, 8 symbols: every rate at 0.02-0.18 at step 10, 100 strings each): where the
+    plain search stores two rates as pruned, the tie-keeping one trains all four to the budget."""
+    _, plain, _ = halved
+    assert sum(r.status == "pruned" for r in plain.results()) == 4
+    spec = SweepSpec.build({**SPEC, "halving_keep_ties": True})
+    store = Store(tmp_path / "runs.db")
+    outcome = run_halving(spec.expand(), store, keep_ties=spec.halving_keep_ties)
+    assert outcome.cut_at == {} and len(store) == 8
+    assert {(r.status, r.steps) for r in store.results()} == {("completed", 40)}

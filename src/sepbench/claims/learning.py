@@ -14,14 +14,13 @@ from typing import Sequence
 
 import numpy as np
 
-from sepbench.train.result import EvalPoint, RunResult
+from sepbench.sweep.ties import evaluation_noise
+from sepbench.train.result import RunResult
 
 QUARTER = 0.25
 MIN_POINTS = 3
 LOSS_FLOOR = 0.01
 """A loss fall counts when above this fraction of the loss (and above its noise)."""
-INTERVAL_Z = 1.96
-"""The normal quantile of a 95% interval: half an interval is this many standard errors."""
 ROUND_OFF = 1e-6
 """A fitted accuracy rise below this over the whole budget is a flat curve's round-off, not a slope."""
 
@@ -69,14 +68,6 @@ def _fit(steps: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
     spread = float(np.sum((steps - steps.mean()) ** 2))
     error = math.sqrt(float(np.sum(residuals**2)) / dof / spread) if spread > 0 else math.inf
     return float(slope), float(intercept), error
-
-
-def evaluation_noise(point: EvalPoint, eval_samples: int) -> float:
-    """Half the 95% interval of one evaluation's accuracy: the stored Clopper-Pearson one, else binomial."""
-    if point.interval is not None:
-        return (point.interval.high - point.interval.low) / 2
-    p = min(max(point.accuracy, 1.0 / eval_samples), 1 - 1.0 / eval_samples)
-    return INTERVAL_Z * math.sqrt(p * (1 - p) / eval_samples)
 
 
 def trend(result: RunResult) -> Trend | None:

@@ -126,7 +126,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
             hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
             if hashes & todo:
                 run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
-                            finalists=spec.halving_finalists)
+                            finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
             halved |= hashes
         grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
         if grid:

@@ -9,16 +9,12 @@ cell's measured best may be below its grid's best, and a verdict that rests on i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from sepbench.claims.learning import INTERVAL_Z, evaluation_noise
 from sepbench.sweep.cells import cell_key
+from sepbench.sweep.ties import Z, mean_and_variance, within_noise
 from sepbench.train.result import RunResult
-
-Z = 2.0
-"""Standard errors within which two learning rates' mean accuracies count as tied."""
 
 
 @dataclass(frozen=True)
@@ -42,17 +38,6 @@ class TiedCut:
                 f"({self.kept:.3f}; {Z:g} standard errors = {Z * self.noise:.3f})")
 
 
-def _score(runs: Sequence[RunResult], step: int) -> tuple[float, float] | None:
-    """Mean accuracy over the seeds at ``step`` and the variance of that mean; None unless every seed has it."""
-    points = [next((p for p in r.curve if p.step == step), None) for r in runs]
-    if not runs or any(p is None for p in points):
-        return None
-    mean = sum(p.accuracy for p in points) / len(points)
-    variance = sum((evaluation_noise(p, r.config.train.eval_samples) / INTERVAL_Z) ** 2
-                   for p, r in zip(points, runs)) / len(points) ** 2
-    return mean, variance
-
-
 def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
     """Every cut of a learning rate among ``results`` (runs of one or more cells) made on a tie."""
     cells: dict[str, dict[float, list[RunResult]]] = {}
@@ -64,16 +49,16 @@ def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
             if not all(r.status == "pruned" for r in runs):
                 continue
             step = max(r.steps for r in runs)
-            cut = _score(runs, step)
-            kept = [(other, _score(group, step)) for other, group in by_lr.items()
+            cut = mean_and_variance(runs, step)
+            kept = [(other, mean_and_variance(group, step)) for other, group in by_lr.items()
                     if other != lr and all(r.steps > step for r in group)]
             kept = [(other, score) for other, score in kept if score is not None]
             if cut is None or not kept:
                 continue
-            worst_lr, (worst, worst_variance) = min(kept, key=lambda item: item[1][0])
-            noise = math.sqrt(cut[1] + worst_variance)
-            if cut[0] >= worst - Z * noise:
+            worst_lr, worst = min(kept, key=lambda item: item[1][0])
+            tied, noise = within_noise(cut, worst)
+            if tied:
                 model = f"{runs[0].config.model.name}-({runs[0].config.model.layers}, {runs[0].config.model.width})"
-                found.append(TiedCut(model, lr, step, cut[0], worst_lr, worst, noise,
+                found.append(TiedCut(model, lr, step, cut[0], worst_lr, worst[0], noise,
                                      tuple(r.config_hash for r in runs)))
     return found

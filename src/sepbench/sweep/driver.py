@@ -104,7 +104,7 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
                 from sepbench.sweep.halving import run_halving
 
                 halved = run_halving(configs, store, workers=workers, eta=spec.halving_eta, on_result=collect,
-                                     finalists=spec.halving_finalists)
+                                     finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
                 outcome.results, outcome.seconds, outcome.steps = halved.results, halved.seconds, halved.steps
                 return outcome
             try:

@@ -19,6 +19,7 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
+from sepbench.sweep.ties import mean_and_variance, within_noise
 from sepbench.sweep.cells import cell_key
 from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
@@ -184,13 +185,28 @@ class HalvingOutcome:
         return [r for r in self.results if r.status in ("failed", "diverged")]
 
 
+def tied_with_kept(candidates: Sequence[float], kept: Sequence[float], results: dict[float, list[RunResult]],
+                   step: int) -> list[float]:
+    """The ``candidates`` whose mean accuracy at ``step`` is within the evaluations' noise of the worst ``kept``
+    rate's (``sweep.ties``): a rung cannot rank them below it."""
+    scores = {lr: mean_and_variance(results[lr], step) for lr in (*kept, *candidates)}
+    kept_scores = [scores[lr] for lr in kept if scores[lr] is not None]
+    if not kept_scores:
+        return []
+    worst = min(kept_scores, key=lambda score: score[0])
+    return [lr for lr in candidates if scores[lr] is not None and within_noise(scores[lr], worst)[0]]
+
+
 def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
-               on_result: OnResult | None = None, finalists: int = FINALISTS) -> HalvingOutcome:
+               on_result: OnResult | None = None, finalists: int = FINALISTS,
+               keep_ties: bool = False) -> HalvingOutcome:
     """Successive halving over the learning rates of one cell (its configs differ only in lr and seed).
 
     Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
     what the store lacks (the survivors of an interrupted rung resume from their checkpoints). Once every seed of a
-    learning rate has solved and early-stopped, it wins and the others stop at that rung.
+    learning rate has solved and early-stopped, it wins and the others stop at that rung. With ``keep_ties``, a
+    rung also keeps every rate tied with the worst one it keeps (``tied_with_kept``), so a cell where no rate has
+    learned yet trains on whole; rates stored as cut by an earlier search stay cut.
     """
     outcome = HalvingOutcome(total=len(configs), skipped=0)
     lrs = list(dict.fromkeys(float(cfg.train.lr) for cfg in configs))
@@ -223,7 +239,13 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
         scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
-        keep = set(winners or rank(scores)[:rung.keep])
+        ranked = rank(scores)
+        keep = set(winners or ranked[:rung.keep])
+        if keep_ties and not winners:
+            results = {lr: [run.result for run in runs[lr]] for lr in alive}
+            keep |= set(tied_with_kept(ranked[rung.keep:], ranked[:rung.keep], results, rung.step))
+            if rung.step >= protocol.steps:
+                keep = set(alive)  # every rate alive here trained its whole budget: none is cut at the end
         for lr in alive:
             if lr not in keep:
                 outcome.cut_at.update({run.config.config_hash(): rung.step for run in runs[lr]})
@@ -245,14 +267,15 @@ def group_cells(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
 
 
 def _halve_in_worker(configs_json: list[str], store_path: str, eta: float,
-                     finalists: int) -> tuple[list[str], int, dict[str, int]]:
+                     finalists: int, keep_ties: bool) -> tuple[list[str], int, dict[str, int]]:
     cell = halve_cell([RunConfig.model_validate_json(c) for c in configs_json], Store(store_path), eta,
-                      finalists=finalists)
+                      finalists=finalists, keep_ties=keep_ties)
     return [r.model_dump_json() for r in cell.results], cell.steps, cell.cut_at
 
 
 def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, eta: float = 2.0,
-                on_result: OnResult | None = None, finalists: int = FINALISTS) -> HalvingOutcome:
+                on_result: OnResult | None = None, finalists: int = FINALISTS,
+                keep_ties: bool = False) -> HalvingOutcome:
     """Successive halving in every cell of ``configs``; cells run in parallel on ``workers`` processes.
 
     Each run is stored the moment its learning rate is cut or its cell ends, so a killed search resumes.
@@ -271,7 +294,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
 
     if workers == 1 or len(todo) <= 1:
         for cell in todo:
-            done = halve_cell(cell, store, eta, collect, finalists)
+            done = halve_cell(cell, store, eta, collect, finalists, keep_ties)
             outcome.steps += done.steps
             outcome.cut_at.update(done.cut_at)
     else:
@@ -280,8 +303,8 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                  initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
                 stopped_on_interrupt(pool):
-            futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta, finalists): cell
-                       for cell in todo}
+            futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta, finalists,
+                                   keep_ties): cell for cell in todo}
             remaining = set(futures)
             while remaining:
                 finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)

@@ -38,6 +38,10 @@ class SweepSpec(StrictModel):
     halving_eta: float = Field(2.0, gt=1.0, description="halving keeps 1/eta of the learning rates at each rung")
     halving_finalists: int = Field(2, ge=1, description="learning rates halving trains to the budget (the last cut "
                                    "happens there)")
+    halving_keep_ties: bool = Field(False, description="halving also keeps, at each rung, every learning rate "
+                                    "whose mean accuracy is within two standard errors of the worst one kept "
+                                    "(a cell where no rate has learned yet then trains whole; the plan and "
+                                    "--dry-run count the schedule's cuts only)")
 
     model_config = StrictModel.model_config | {"populate_by_name": True}
 
