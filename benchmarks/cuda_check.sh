@@ -7,7 +7,7 @@ PYTHON=${1:-python3}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 store=$(mktemp -d)/cuda_check.db
 "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: nothing to check')" || exit 2
-"$PYTHON" -m pytest -q -rs tests/test_zoo.py tests/test_group.py tests/test_config.py -k cuda
+"$PYTHON" -m pytest -q -rs tests/test_zoo.py tests/test_group.py -k cuda
 for model in transformer lstm mamba; do
   "$PYTHON" -m sepbench run --task index_lookup --model "$model" --layers 1 --width 64 --length 20 --steps 1500 \
     --seed 0 --device auto --store "$store" --no-progress | tail -3

@@ -133,5 +133,11 @@ def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_o
     assert "0 runs to train" in loaded.stdout
     assert Store(mine.path).get(own.config_hash).code_version == "mine"
     assert Store(mine.path).config_hashes() == {cfg.config_hash() for cfg in claim.configs("quick")}
+    failed = RunResult(config=dropped[1], config_hash=dropped[1].config_hash(), status="failed", error="boom")
+    mine.put(failed)
+    ship_without([])  # a shipped finished run replaces one's failed run, never one's finished run
+    assert runner.invoke(app, args + ["--out", str(tmp_path / "report")], terminal_width=300).exit_code == 0
+    assert Store(mine.path).get(failed.config_hash).status == "completed"
+    assert Store(mine.path).get(own.config_hash).code_version == "mine"
     both = runner.invoke(app, ["reproduce", "--evidence", "--resume-evidence"])
     assert both.exit_code == 2 and "--resume-evidence" in both.stderr

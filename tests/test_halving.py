@@ -308,3 +308,13 @@ def test_a_tie_keeping_search_trains_the_tied_rates_to_the_budget_unpruned(halve
     outcome = run_halving(spec.expand(), store, keep_ties=spec.halving_keep_ties)
     assert outcome.cut_at == {} and len(store) == 8
     assert {(r.status, r.steps) for r in store.results()} == {("completed", 40)}
+
+
+def test_keeping_ties_cuts_nothing_at_the_budget_where_every_rate_trained_in_full(tmp_path):
+    """Tied at the first rung (all four kept), apart at the budget: the rates that trained to it are not pruned."""
+    curves = {lr: [(10, 0.50), (20, 0.6 + d), (30, 0.7 + d), (40, 0.8 + d)]
+              for lr, d in {3e-2: 0.15, 1e-2: 0.1, 1e-3: -0.2, 1e-5: -0.3}.items()}
+    configs = SweepSpec.build(SPEC).expand()
+    assert [rung.step for rung in schedule(40, len(LRS), 2, 10)] == [10, 40]
+    assert halve_cell(configs, _stored_cell(tmp_path, "apart", curves), keep_ties=True).cut_at == {}
+    assert len(halve_cell(configs, _stored_cell(tmp_path, "plain", curves)).cut_at) == 4

@@ -60,8 +60,9 @@ def write(claim: Claim, scale: str, store: Store, root: Path = EVIDENCE_DIR,
 
 def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_stored: bool = False) -> list[str]:
     """Put every shipped record of ``claims`` at ``scale`` into ``store`` (runs) and its theory cache (checks);
-    with ``keep_stored``, a run the store already holds stays as it is. Returns the ids of the claims with no
-    evidence file. A malformed line is a one-line ConfigError."""
+    with ``keep_stored``, what the store already holds stays, except a failed or pruned run where the shipped one
+    finished. Returns the ids of the claims with no evidence file. A malformed line is a one-line ConfigError."""
+    held = _finished_or_not(store) if keep_stored else None
     missing = []
     for claim in claims:
         path = path_for(root, scale, claim.id)
@@ -75,20 +76,33 @@ def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_sto
                 record = json.loads(line)
             except ValueError:
                 record = None
-            _put(record, store, f"{path}:{number}", keep_stored)
+            _put(record, store, f"{path}:{number}", held)
     return missing
 
 
-def _put(record: Any, store: Store, where: str, keep_stored: bool = False) -> None:
+UNFINISHED = ("failed", "pruned")
+
+
+def _finished_or_not(store: Store) -> dict[str, bool]:
+    """Per stored config hash, whether that run finished (neither failed nor cut by a search)."""
+    return {h: status not in UNFINISHED for h, (status, *_) in store.stored().items()}
+
+
+def _put(record: Any, store: Store, where: str, held: dict[str, bool] | None = None) -> None:
+    """Store one record; ``held``: what the store holds (``_finished_or_not``), which a shipped record replaces
+    only where the stored run is unfinished and the shipped one is not."""
     kind = record.get("kind") if isinstance(record, dict) else None
     try:
         if kind == "run":
             run = RunResult.model_validate(record["run"])
-            if not (keep_stored and store.has(run.config_hash)):
+            if held is None or run.config_hash not in held or (not held[run.config_hash]
+                                                                and run.status not in UNFINISHED):
                 store.put(run)
             return
         if kind == "check" and {"check", "params", "series", "seconds"} <= set(record["entry"]):
-            put_entry(record["entry"], store.path)
+            entry = record["entry"]
+            if held is None or cache_entry(entry["check"], entry["params"], store.path) is None:
+                put_entry(entry, store.path)
             return
     except (KeyError, TypeError, ValidationError) as problem:
         raise ConfigError(f"{where}: not an evidence record ({type(problem).__name__}); allowed: a run or a "

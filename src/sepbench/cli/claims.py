@@ -84,12 +84,12 @@ def reproduce(
             _from_evidence(claims, scale.value, evidence_dir, store)
             return
         db = Store(store)
-        if resume_evidence:
+        if not list_only and not dry_run:
+            db.check_writable()
+        if resume_evidence and not list_only:
             db = _resume_from_evidence(claims, scale.value, evidence_dir, db, dry_run)
         plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
                  if not list_only else [])
-        if not list_only and not dry_run:
-            db.check_writable()
     if list_only:
         _print_catalogue(claims, scale.value)
         return
@@ -121,7 +121,10 @@ def reproduce(
 
 
 def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: bool):
-    """The store with the shipped runs of ``claims`` copied in (a dry run gets a scratch copy: nothing is written)."""
+    """The store with the shipped runs of ``claims`` copied in (a dry run gets a scratch copy, removed when the
+    process ends: nothing of the user's is written)."""
+    import atexit
+    import shutil
     import sqlite3
     import tempfile
     from contextlib import closing
@@ -130,7 +133,11 @@ def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: b
     from sepbench.store import Store
 
     if dry_run:
-        scratch = Path(tempfile.mkdtemp(prefix="sepbench-plan-")) / db.path.name
+        if db.path.exists() and not db.path.is_file():
+            raise ConfigError(f"store {db.path} is not a file; allowed: an SQLite file or a path to create")
+        folder = tempfile.mkdtemp(prefix="sepbench-plan-")
+        atexit.register(shutil.rmtree, folder, True)
+        scratch = Path(folder) / db.path.name
         if db.path.exists():
             with closing(sqlite3.connect(db.path)) as source, closing(sqlite3.connect(scratch)) as copy:
                 source.backup(copy)

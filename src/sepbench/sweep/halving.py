@@ -18,9 +18,9 @@ from typing import Sequence
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, failed_result
+from sepbench.sweep.cells import cell_key
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.ties import mean_and_variance, within_noise
-from sepbench.sweep.cells import cell_key
 from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
 from sepbench.train.loop import Trainer
@@ -188,13 +188,14 @@ class HalvingOutcome:
 def tied_with_kept(candidates: Sequence[float], kept: Sequence[float], results: dict[float, list[RunResult]],
                    step: int) -> list[float]:
     """The ``candidates`` whose mean accuracy at ``step`` is within the evaluations' noise of the worst ``kept``
-    rate's (``sweep.ties``): a rung cannot rank them below it."""
-    scores = {lr: mean_and_variance(results[lr], step) for lr in (*kept, *candidates)}
-    kept_scores = [scores[lr] for lr in kept if scores[lr] is not None]
-    if not kept_scores:
+    rate's (``sweep.ties``): a rung cannot rank them below it. A rate with a seed that stopped before ``step``
+    has no evaluation there and takes no part (it ranked on its final metrics)."""
+    means = {lr: mean_and_variance(results[lr], step) for lr in (*kept, *candidates)}
+    kept_means = [means[lr] for lr in kept if means[lr] is not None]
+    if not kept_means:
         return []
-    worst = min(kept_scores, key=lambda score: score[0])
-    return [lr for lr in candidates if scores[lr] is not None and within_noise(scores[lr], worst)[0]]
+    worst = min(kept_means, key=lambda mean: mean[0])
+    return [lr for lr in candidates if means[lr] is not None and within_noise(means[lr], worst)[0]]
 
 
 def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
@@ -241,11 +242,11 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
         scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
         ranked = rank(scores)
         keep = set(winners or ranked[:rung.keep])
-        if keep_ties and not winners:
+        if keep_ties and rung.step >= protocol.steps:
+            keep = set(ranked)  # every rate scored here trained its whole budget: none is cut at the end
+        elif keep_ties and not winners:
             results = {lr: [run.result for run in runs[lr]] for lr in alive}
             keep |= set(tied_with_kept(ranked[rung.keep:], ranked[:rung.keep], results, rung.step))
-            if rung.step >= protocol.steps:
-                keep = set(alive)  # every rate alive here trained its whole budget: none is cut at the end
         for lr in alive:
             if lr not in keep:
                 outcome.cut_at.update({run.config.config_hash(): rung.step for run in runs[lr]})

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sepbench.config import (ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error,
                              load_yaml, qualify_key)
+from sepbench.sweep.ties import Z as TIE_Z
 
 LR_KEY = "train.lr"
 SEED_KEY = "seed"
@@ -39,7 +40,7 @@ class SweepSpec(StrictModel):
     halving_finalists: int = Field(2, ge=1, description="learning rates halving trains to the budget (the last cut "
                                    "happens there)")
     halving_keep_ties: bool = Field(False, description="halving also keeps, at each rung, every learning rate "
-                                    "whose mean accuracy is within two standard errors of the worst one kept "
+                                    f"whose mean accuracy is within {TIE_Z:g} standard errors of the worst one kept "
                                     "(a cell where no rate has learned yet then trains whole; the plan and "
                                     "--dry-run count the schedule's cuts only)")
 

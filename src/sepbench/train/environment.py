@@ -57,7 +57,7 @@ RESULT_CODE = ("config.py", "registry.py", "tasks", "models", "train")
 stored runs current."""
 
 
-SOURCE_SUFFIXES = (".py", ".cpp")
+SOURCE_SUFFIXES = (".py", ".cpp", ".h")
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch._C._functorch import is_batchedtensor
+from torch._C._functorch import is_batchedtensor  # private; present from torch 2.0 through 2.13 (checked on 2.11, 2.13)
 
 from sepbench.models.vmap_only import VmapOnlyFunction
 
@@ -38,11 +38,16 @@ class _MembersFolded(VmapOnlyFunction):
         members = info.batch_size
         if in_dims[3] is not None:
             raise ValueError("stacked attention takes one mask shared by every member")
+        if dropout_p > 0:
+            raise ValueError("stacked attention takes no dropout (each member would draw other masks than alone)")
 
         def fold(t: torch.Tensor, dim: int | None) -> torch.Tensor:
             t = t.expand(members, *t.shape) if dim is None else t.movedim(dim, 0)
             return t.reshape(members * t.shape[1], *t.shape[2:])
 
+        dims = q.dim() - (in_dims[0] is not None)  # q's dims as each member sees them
+        if attn_mask is not None and attn_mask.dim() == dims and attn_mask.shape[0] > 1:
+            attn_mask = fold(attn_mask, None)  # a mask per batch row: each member's rows get it
         y = F.scaled_dot_product_attention(fold(q, in_dims[0]), fold(k, in_dims[1]), fold(v, in_dims[2]),
                                            attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
         return y.view(members, -1, *y.shape[1:]), 0
