@@ -141,3 +141,24 @@ def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_o
     assert Store(mine.path).get(own.config_hash).code_version == "mine"
     both = runner.invoke(app, ["reproduce", "--evidence", "--resume-evidence"])
     assert both.exit_code == 2 and "--resume-evidence" in both.stderr
+
+
+def test_a_stopped_reproduce_with_write_evidence_ships_what_finished(tmp_path, monkeypatch):
+    from sepbench.claims import reproduce as reproducing
+    from sepbench.sweep import SweepInterrupted
+
+    (claim,) = select(None, CLAIM)
+    store = Store(tmp_path / "runs.db")
+    first = claim.configs("quick")[0]
+
+    def stopped_after_one(claims, scale, db, *args, **kwargs):
+        db.put(RunResult(config=first, config_hash=first.config_hash(), status="completed",
+                         metrics={"accuracy": 0.5}, curve=[], steps=1, wall_seconds=1.0, code_version="abc"))
+        raise SweepInterrupted(1, 24)
+
+    monkeypatch.setattr(reproducing, "judge_all", stopped_after_one)
+    stopped = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(store.path), "--write-evidence",
+                                  "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
+    assert stopped.exit_code != 0 and "interrupted: 1 runs finished" in stopped.output
+    lines = evidence.path_for(tmp_path / "evidence", "quick", CLAIM).read_text().splitlines()
+    assert [json.loads(line)["run"]["config_hash"] for line in lines] == [first.config_hash()]

@@ -48,7 +48,8 @@ def reproduce(
     evidence_dir: Path = typer.Option(Path("evidence"), "--evidence-dir", help="the evidence folder: "
                                       "<dir>/<scale>/<claim>.jsonl"),
     write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
-                                        "(or check result) to --evidence-dir as JSON lines"),
+                                        "(or check result) to --evidence-dir as JSON lines; on Ctrl-C, the runs "
+                                        "finished so far"),
     resume_evidence: bool = typer.Option(False, "--resume-evidence", help="first copy the shipped evidence of these "
                                          "claims (--evidence-dir) into --store, keeping the runs it holds, so that "
                                          "only the runs the evidence lacks are trained"),
@@ -106,6 +107,8 @@ def reproduce(
             verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=progress.advance,
                                  reuse=reuse, group_size=group_size, settle_ties=settle_ties)
     except SweepInterrupted as stop:
+        if write_evidence:  # what finished ships; the claim is judged inconclusive for the runs it still lacks
+            _write_evidence(claims, scale.value, db, evidence_dir, overrides)
         interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
@@ -113,11 +116,16 @@ def reproduce(
     page = write(verdicts, out_dir, budget_text(scale.value, overrides))
     say(f"wrote {page} with {len(verdicts)} figures")
     if write_evidence:
-        from sepbench.claims import evidence as shipped
+        _write_evidence(claims, scale.value, db, evidence_dir, overrides)
 
-        for claim in claims:
-            path, count = shipped.write(claim, scale.value, db, evidence_dir, overrides)
-            say(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}")
+
+def _write_evidence(claims, scale: str, db, evidence_dir: Path, overrides) -> None:
+    """Each claim's stored runs (or check result) to ``evidence_dir`` as JSON lines."""
+    from sepbench.claims import evidence as shipped
+
+    for claim in claims:
+        path, count = shipped.write(claim, scale, db, evidence_dir, overrides)
+        say(f"evidence: {count} records in {path}" if count else f"evidence: nothing stored for {claim.id}")
 
 
 def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: bool):
