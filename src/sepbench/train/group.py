@@ -29,7 +29,7 @@ from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_parameters
 from sepbench.models.vmap_only import VmapOnlyFunction
 from sepbench.tasks import Batch
-from sepbench.train import checkpoint, stopping, watch
+from sepbench.train import checkpoint, stopping, subnormals, watch
 from sepbench.train.assessment import Assessment
 from sepbench.train.checkpoint import Checkpoint
 from sepbench.train.environment import code_version, git_commit, package_version
@@ -330,7 +330,7 @@ class _GroupRun:
         start = time.perf_counter() - self.offset
         for model in (self.template, *(m.trainer.model for m in self.members)):
             model.train()
-        with stopping.training() if any(self.files) else nullcontext():
+        with stopping.training() if any(self.files) else nullcontext(), subnormals.flushed(self.device):
             self._train(cfg, start)
         for position in range(len(self.active)):
             self._finish(position, start)

@@ -17,7 +17,7 @@ from sepbench.heap import keep_freed_memory
 from sepbench.models import SequenceModel, build_model
 from sepbench.models.accounting import count_parameters, stored_state_size
 from sepbench.tasks import Batch, Task, build_task
-from sepbench.train import checkpoint, stopping, watch
+from sepbench.train import checkpoint, stopping, subnormals, watch
 from sepbench.train.data_cache import cached_split
 from sepbench.train.decode import evaluate_by_generation
 from sepbench.train.environment import (
@@ -226,7 +226,7 @@ class Trainer:
         self.model.train()
         kept = self.checkpoint
         try:
-            with stopping.training() if kept is not None else nullcontext():
+            with stopping.training() if kept is not None else nullcontext(), subnormals.flushed(self.device):
                 for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
                     if kept is not None:
                         checkpoint.keep_trainer(self, kept, self._seconds + time.perf_counter() - start)
