@@ -1,6 +1,8 @@
 """DSS's compiled CPU recurrence against its FFT convolution."""
 from __future__ import annotations
 
+import platform
+
 import pytest
 import torch
 
@@ -68,3 +70,12 @@ def test_recurrent_conv_without_a_compiler_is_refused_and_auto_falls_back(monkey
 
 def test_fft_lengths_are_5_smooth_and_long_enough():
     assert [fft_length(n) for n in (-1, 0, 1, 7, 17, 203, 803)] == [1, 1, 1, 8, 18, 216, 810]
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the flush is x86's MXCSR mode")
+def test_the_recurrence_reads_a_subnormal_input_as_zero_and_restores_the_mode():
+    u = torch.full((1, 1, 1), 1e-39)
+    decay, cb = torch.complex(torch.full((1, 1), 0.5), torch.zeros(1, 1)), torch.ones(1, 1, dtype=torch.complex64)
+    assert diagonal_recurrence(u, decay, cb).item() == 0.0
+    assert diagonal_recurrence(u * 1e10, decay, cb).item() == pytest.approx(1e-29)  # a normal input goes through
+    assert (torch.tensor(1e-39) * 0.5).item() != 0.0
