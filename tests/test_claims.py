@@ -11,7 +11,7 @@ from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, 
 from sepbench.cli import app
 from sepbench.config import ConfigError
 from sepbench.store import Store
-from sepbench.train.result import RunResult
+from sepbench.train.result import EvalPoint, RunResult
 
 runner = CliRunner()
 SMOKE = {"train.steps": 1, "train.eval_samples": 16, "train.eval_every": 1}
@@ -160,6 +160,26 @@ def test_fixed_width_fails_when_every_width_misses_a_size(tmp_path):
     fixed = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})[1]
     assert fixed.verdict == NOT_REPRODUCED
     assert any("transformer/arithmetic: every width <= 256" in e for e in fixed.evidence), fixed.evidence
+
+
+def test_fixed_width_waits_on_unsolved_runs_still_learning(tmp_path):
+    """The same sizes missed, but the missing runs still rising over their last quarter: not a refutation."""
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    solved = {(2, 96), (3, 32), (3, 64)}
+    for cfg in configs:
+        if cfg.task.name != "arithmetic" or (cfg.task.length, cfg.model.width) in solved:
+            store.put(_plain_run(cfg, lambda c: 0.95))
+            continue
+        steps = cfg.train.steps
+        curve = [EvalPoint(step=steps * k // 8, accuracy=0.3 + 0.07 * k, loss=2.0 - 0.2 * k, seconds=float(k))
+                 for k in range(1, 9)]
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", curve=curve,
+                            metrics={"accuracy": curve[-1].accuracy}, steps=steps, wall_seconds=1.0))
+    fixed = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})[1]
+    assert fixed.verdict == INCONCLUSIVE, fixed.evidence
+    assert any("still learning" in r for r in fixed.reasons), fixed.reasons
 
 
 def test_a_tie_at_the_smallest_width_is_not_a_refutation(tmp_path):

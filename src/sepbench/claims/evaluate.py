@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, Group, GrowthOrder, Level, LogGrowth,
                                        MinWidthGrowth, MinWidthOrder, Rate, SolvedRuleFields, config_fields, group_at,
@@ -464,13 +465,13 @@ def possible_widths(verdicts: dict[int, str]) -> list[float]:
     return below + found + ([INF] if high == INF else [])
 
 
-def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None
-               ) -> dict[str, dict[int, list[float]]]:
-    """Per member, per length: the possible smallest solving widths (``possible_widths``). A width decided
-    unsolved whose best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
+def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str],
+                  notes: list[str] | None = None) -> pd.DataFrame:
+    """``select_lr``'s cells with their ``member``; a cell decided unsolved whose best-learning-rate runs were still
+    learning counts as undecided (said in ``notes``)."""
     cells = select_lr(results, rule)
     if cells.empty:
-        return {}
+        return cells
     names = {cell_key(r.config): member_name(r.config, per) for r in results}
     cells = cells.assign(member=[names[c] for c in cells.cell])
     by_cell: dict[str, list[RunResult]] = {}
@@ -486,7 +487,16 @@ def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str
             if notes is not None:
                 first = by_cell[cell][0].config
                 notes.append(f"{member_name(first, per)} N={first.task.length} width {first.model.width}: {reason}")
-    cells = cells.assign(verdict=verdicts)
+    return cells.assign(verdict=verdicts)
+
+
+def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None
+               ) -> dict[str, dict[int, list[float]]]:
+    """Per member, per length: the possible smallest solving widths (``possible_widths``). A width decided
+    unsolved whose best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
+    cells = decided_cells(results, rule, per, notes)
+    if cells.empty:
+        return {}
     sets: dict[str, dict[int, list[float]]] = {}
     for member, rows in cells.groupby("member"):
         for length, widths in width_verdicts(rows).groupby("length"):
@@ -616,12 +626,10 @@ def _fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig]
     found, reasons = _runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = [INCONCLUSIVE] if reasons else []
-    cells = select_lr(found, _rule(condition.solved))
+    cells = decided_cells(found, _rule(condition.solved), condition.per, outcome.reasons)
     if cells.empty:
         outcome.reasons.append("no runs")
         return outcome
-    names = {cell_key(r.config): member_name(r.config, condition.per) for r in found}
-    cells = cells.assign(member=[names[c] for c in cells.cell])
     for member, rows in cells.groupby("member"):
         table = width_verdicts(rows)
         table = table[table.width <= condition.max_width]
