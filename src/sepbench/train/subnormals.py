@@ -2,7 +2,7 @@
 
 An x86 core takes a microcode assist for every subnormal operand. At long lengths some PyTorch forms make many:
 on an Intel Xeon, one LSTM-(1, 64) training step on Index Lookup at N = 400 took 123-132 ms with them and 72-74 ms
-flushed, while the other mixers' steps did not change (docs/models.md). The flush sets the calling thread's
+flushed, while no other mixer's step was faster flushed (docs/models.md). The flush sets the calling thread's
 mode only (``torch.set_flush_denormal``) and is undone on leaving unless it was already on.
 """
 from __future__ import annotations
