@@ -84,3 +84,24 @@ def test_asking_for_onednn_where_torch_lacks_it_is_one_line(monkeypatch):
         model.compute_paths(torch.device("cpu"))
     auto = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
     assert auto.compute_paths(torch.device("cpu"))["linear"] == "torch"
+
+
+@needs_onednn
+@pytest.mark.parametrize("vendor, path", [("GenuineIntel", "torch"), ("AuthenticAMD", "onednn"), ("", "onednn")])
+def test_auto_takes_mkl_on_intel_processors_and_onednn_elsewhere(monkeypatch, vendor, path):
+    monkeypatch.setattr(onednn_linear, "cpu_vendor", lambda: vendor)
+    auto = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
+    assert auto.compute_paths(torch.device("cpu"))["linear"] == path
+    forced = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"linear": "onednn"}), 5, 10)
+    assert forced.compute_paths(torch.device("cpu"))["linear"] == "onednn"
+
+
+def test_the_vendor_is_the_processors_vendor_id():
+    import re
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo")
+    found = re.search(r"^vendor_id\s*:\s*(\S+)\s*$", cpuinfo.read_text(), re.M) if cpuinfo.exists() else None
+    if found is None:
+        pytest.skip("no vendor_id in /proc/cpuinfo here")
+    assert onednn_linear.cpu_vendor() == found.group(1)

@@ -26,6 +26,10 @@ import torch
 from sepbench.config import ConfigError
 
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-std=c++17"]
+if platform.machine().lower() in ("x86_64", "amd64"):
+    # GCC vectorises for AVX-512 machines with 256-bit vectors unless told otherwise; on an Intel Xeon the 512-bit
+    # scan forward took 3.4 ms where the 256-bit one took 4.5 (B = 64, T = 100, E = 128, N = 16, one thread)
+    FLAGS.append("-mprefer-vector-width=512")
 DTYPE_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 COMMON_HEADER = Path(__file__).with_name("kernels_common.h")
 

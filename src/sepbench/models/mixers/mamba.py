@@ -15,7 +15,7 @@ from sepbench.config import ConfigError, ModelConfig, StrictModel
 from sepbench.models.mixers.base import Mixer
 from sepbench.models.mixers.cpu_kernels import choose_path
 from sepbench.models.mixers.mamba_cpu import SOURCE, fused_causal_conv, fused_selective_scan, kernel_library
-from sepbench.models.mixers.onednn_linear import linear, onednn_available
+from sepbench.models.mixers.onednn_linear import linear, onednn_available, onednn_preferred
 from sepbench.models.mixers.selective_scan import selective_scan, selective_scan_reference
 from sepbench.models.registry import MODELS
 
@@ -31,8 +31,8 @@ class MambaOptions(StrictModel):
         "compiled kernel, an error where it does not build), chunked (PyTorch), or the step-by-step reference")
     kernel: bool = Field(True, description="use mamba_ssm's CUDA kernel when installed and on CUDA")
     linear: Literal["auto", "onednn", "torch"] = Field(
-        "auto", description="the projections' products on CPU: auto (oneDNN's where torch has it, else torch's), "
-        "onednn (an error where torch lacks it), torch (F.linear: MKL's sgemm)")
+        "auto", description="the projections' products on CPU: auto (oneDNN's where torch has it and the processor "
+        "is not Intel's, else torch's), onednn (an error where torch lacks it), torch (F.linear: MKL's sgemm)")
 
 
 def _cuda_kernel():
@@ -102,18 +102,19 @@ class MambaBlock(Mixer):
             delta = dt @ self.dt_proj.weight.t().contiguous()
         return (delta if fused else F.softplus(delta + self.dt_proj.bias)), b, c
 
-    def _in_proj(self, x: torch.Tensor, onednn: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The block's two branches u and z [..., E]; through oneDNN as two products, each output contiguous
-        (the fused kernels would otherwise copy both halves of one [..., 2E] product)."""
-        if onednn:
+    def _in_proj(self, x: torch.Tensor, onednn: bool, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's two branches u and z [..., E]; as two products where oneDNN takes them or the fused kernels
+        read them, so that each output is contiguous (the kernels would otherwise copy both halves of one
+        [..., 2E] product)."""
+        if onednn or fused:
             return tuple(linear(x, w, None, onednn) for w in self.in_proj.weight.chunk(2, dim=0))
         return F.linear(x, self.in_proj.weight).chunk(2, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
         onednn = self.linear_path(x.device) == "onednn"
-        u, z = self._in_proj(x, onednn)
         path = self.scan_path(x.device)
+        u, z = self._in_proj(x, onednn, fused=path == "fused")
         if path == "fused":
             u = fused_causal_conv(u, self.conv.weight, self.conv.bias)
             delta, b, c = self._ssm_inputs(u, onednn, fused=True)
@@ -140,13 +141,16 @@ class MambaBlock(Mixer):
                            "auto, chunked, reference")
 
     def linear_path(self, device: torch.device) -> str:
-        """The projections' products on ``device``: onednn (CPU, where torch has it) or torch."""
+        """The projections' products on ``device``: onednn (CPU, where torch has it; for auto, not on an Intel
+        processor, ``onednn_preferred``) or torch."""
         choice = self.options.linear
         available = device.type == "cpu" and onednn_available()
         if choice == "onednn" and not available:
             raise ConfigError("mamba linear 'onednn' needs a CPU device and a torch built with oneDNN "
                               "(torch.backends.mkldnn); allowed elsewhere: auto, torch")
-        return "onednn" if choice != "torch" and available else "torch"
+        if choice == "auto":
+            return "onednn" if available and onednn_preferred() else "torch"
+        return "onednn" if choice == "onednn" else "torch"
 
     def compute_paths(self, device: torch.device) -> dict[str, str]:
         return {"scan": self.scan_path(device), "linear": self.linear_path(device)}
