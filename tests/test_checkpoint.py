@@ -190,6 +190,27 @@ def test_a_checkpoint_taken_at_any_step_resumes_exactly(tmp_path):
         assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
 
 
+def test_a_resumed_run_counts_the_cpu_seconds_of_both_stretches(tmp_path):
+    cfg = config(checkpoint_every=1e-9, steps=40, eval_every=20)
+    first = Trainer(cfg, Keeping(tmp_path))
+    first.train_until(30)
+    counted = first.cpu_seconds()
+    resumed = Trainer(cfg, Keeping(tmp_path))
+    assert 0 < resumed.cpu_seconds() <= counted  # as saved at the start of step 30
+    saved = resumed.cpu_seconds()
+    assert resumed.run(progress=False).cpu_seconds > saved
+
+
+def test_a_run_resumed_from_a_checkpoint_without_cpu_seconds_says_they_are_unknown(tmp_path):
+    cfg = config(checkpoint_every=1e-9, steps=40, eval_every=20)
+    Trainer(cfg, Keeping(tmp_path)).train_until(30)
+    (path,) = tmp_path.glob("*.pt")
+    payload = torch.load(path, weights_only=True)
+    del payload["state"]["cpu_seconds"]
+    torch.save(payload, path)
+    assert Trainer(cfg, Keeping(tmp_path)).run(progress=False).cpu_seconds is None
+
+
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_a_run_says_so_and_the_same_command_resumes_it(tmp_path):
     cfg, store = config(checkpoint_every=300), tmp_path / "runs.db"

@@ -172,6 +172,14 @@ def test_exploratory_claims_stay_out_of_the_tally():
     assert tally(verdicts) == "1 reproduced, 0 not reproduced, 0 inconclusive; 1 exploratory (not the paper's claims)"
 
 
+def test_a_claims_cost_gives_the_cpu_time_of_the_runs_that_counted_it():
+    (claim,) = select(None, ["il-tf-vs-recurrent"])
+    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 90.0, 3).cost == "90 s"
+    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 7200.0, 3, 5400.0, 3).cost == "120.0 min; CPU 1.50 core-h"
+    assert (ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 7200.0, 3, 3600.0, 2).cost
+            == "120.0 min; CPU 1.00 core-h over 2 of 3 runs")
+
+
 @pytest.mark.parametrize("ed_at_64, verdict", [(FLAT, REPRODUCED), (RISING, INCONCLUSIVE)])
 def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdict):
     def make(cfg):

@@ -33,11 +33,21 @@ def test_each_shape_is_timed_once_and_scaled_by_its_steps(tmp_path, monkeypatch)
 def test_a_stored_run_of_the_same_shape_gives_the_seconds_per_step(tmp_path, monkeypatch):
     store = Store(tmp_path / "runs.db")
     result = train(tiny())
+    assert result.cpu_seconds is not None and result.cpu_seconds > 0
     store.put(result)
     monkeypatch.setattr(costs, "timed_cost", lambda cfg: (_ for _ in ()).throw(AssertionError("timed")))
     found = costs.estimate([tiny(lr=5e-3, steps=400)], store)
     assert found.sources["stored"] == 1
-    assert abs(found.seconds - result.wall_seconds / result.steps * 400) < 1e-9
+    assert abs(found.seconds - result.cpu_seconds / result.steps * 400) < 1e-9
+
+
+def test_a_stored_runs_cpu_seconds_count_where_it_has_them_else_its_wall_time(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    paused = train(tiny()).model_copy(update={"steps": 40, "wall_seconds": 400.0, "cpu_seconds": 4.0})
+    store.put(paused)
+    assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 0.1
+    store.put(paused.model_copy(update={"cpu_seconds": None}))
+    assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 10.0
 
 
 def test_a_shape_too_large_to_time_falls_back_to_flops():

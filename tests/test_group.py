@@ -43,6 +43,7 @@ def test_each_member_matches_its_solo_run(name):
     for g, cfg in zip(grouped, configs):
         assert_same_run(g, train(cfg, progress=False))
     assert len({g.curve[-1].loss for g in grouped}) == 3  # the members really are different runs
+    assert all(g.cpu_seconds is None for g in grouped)  # members share one process: not split among them
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

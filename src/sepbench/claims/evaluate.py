@@ -107,6 +107,18 @@ class ClaimVerdict:
     outcomes: list[Outcome]
     wall_seconds: float = 0.0
     runs: int = 0
+    cpu_seconds: float = 0.0
+    cpu_runs: int = 0
+    """How many of the runs counted their CPU seconds (``RunResult.cpu_seconds``), summed in ``cpu_seconds``."""
+
+    @property
+    def cost(self) -> str:
+        """The wall time, and the CPU time of the runs that counted it (core-hours)."""
+        wall = f"{self.wall_seconds:.0f} s" if self.wall_seconds < 120 else f"{self.wall_seconds / 60:.1f} min"
+        if not self.cpu_runs:
+            return wall
+        counted = "" if self.cpu_runs == self.runs else f" over {self.cpu_runs} of {self.runs} runs"
+        return f"{wall}; CPU {self.cpu_seconds / 3600:.2f} core-h{counted}"
 
     @property
     def label(self) -> str:

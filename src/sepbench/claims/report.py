@@ -29,18 +29,14 @@ def shown_verdict(verdict: ClaimVerdict) -> str:
     return verdict.label + (" (exploratory)" if verdict.claim.exploratory else "")
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
 def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, str] | None = None) -> str:
     """The verdict table, then per claim its conditions, evidence and reasons."""
     lines = ["# Reproduction of the papers' claims", "", budget, "", RULES, "", tally(verdicts) + ".", "",
-             "| claim | paper, where | verdict | wall time | evidence |", "|---|---|---|---|---|"]
+             "| claim | paper, where | verdict | wall time; CPU time | evidence |", "|---|---|---|---|---|"]
     for v in verdicts:
         first = "; ".join(o.evidence[0] for o in v.outcomes if o.evidence) or "-"
         lines.append(f"| `{v.claim.id}` | {v.claim.paper}, {v.claim.place} | **{shown_verdict(v)}** | "
-                     f"{_duration(v.wall_seconds)} | {first.replace('|', '/')} |")
+                     f"{v.cost} | {first.replace('|', '/')} |")
     for v in verdicts:
         lines += ["", f"## `{v.claim.id}`: {shown_verdict(v)}", "", f"{v.claim.text} ({v.claim.paper}, {v.claim.where})"
                   + (" — exploratory: a question sepbench adds, not the paper's claim." if v.claim.exploratory else ""),

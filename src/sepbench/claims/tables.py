@@ -25,7 +25,8 @@ def budget_text(scale: str, overrides: dict[str, Any]) -> str:
 
 
 def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, str, str]]:
-    """Per claim: id, paper and place, each condition's verdict with its evidence, the verdict, the wall time."""
+    """Per claim: id, paper and place, each condition's verdict with its evidence, the verdict, its cost
+    (``ClaimVerdict.cost``)."""
     rows = []
     for v in verdicts:
         lines = []
@@ -34,7 +35,7 @@ def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, 
             lines += [f"  {e}" for e in o.evidence]
             lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
         rows.append((v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
-                     f"{v.wall_seconds:.0f} s"))
+                     v.cost))
     return rows
 
 

@@ -182,7 +182,8 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
     return {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict(), "data": trainer.train_rng.bit_generator.state,
             "rng": rng_states(), "result": trainer.result.model_dump_json(),
-            "assessment": assessment_state(trainer._assessment), "stopped": trainer._stopped}
+            "assessment": assessment_state(trainer._assessment), "stopped": trainer._stopped,
+            "cpu_seconds": trainer.cpu_seconds()}
 
 
 def resume_trainer(trainer: Trainer, checkpoint: Checkpoint) -> None:
@@ -199,6 +200,7 @@ def resume_trainer(trainer: Trainer, checkpoint: Checkpoint) -> None:
     trainer._assessment = restore_assessment(state["assessment"])
     trainer._stopped = state["stopped"]
     trainer._seconds = state["seconds"]
+    trainer._cpu_seconds = state.get("cpu_seconds")
 
 
 def save_trainer(trainer: Trainer) -> None:

@@ -146,6 +146,8 @@ class Trainer:
         self.result: RunResult | None = None
         self._assessment: Assessment | None = None
         self._seconds = 0.0
+        self._cpu_seconds: float | None = 0.0
+        self._cpu_mark: float | None = None
         self._stopped = False
         self.keeping = keeping or Keeping()
         self.checkpoint = checkpoint.open_checkpoint(self.keeping.checkpoints, config, checkpoint.SOLO)
@@ -223,6 +225,7 @@ class Trainer:
         cfg = self.config.train
         result = self._begin()
         start = time.perf_counter()
+        self._cpu_mark = time.process_time()
         self.model.train()
         kept = self.checkpoint
         try:
@@ -260,7 +263,15 @@ class Trainer:
                             break
         finally:
             self._seconds += time.perf_counter() - start
+            self._cpu_seconds, self._cpu_mark = self.cpu_seconds(), None
         return result
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of this process while it trained and evaluated this run so far (None: resumed from a
+        checkpoint that did not count them)."""
+        if self._cpu_seconds is None or self._cpu_mark is None:
+            return self._cpu_seconds
+        return self._cpu_seconds + time.process_time() - self._cpu_mark
 
     def settle(self, result: RunResult, last: Assessment | None) -> None:
         """Final status, full-set metrics with intervals (continuing ``last`` when it was taken at the final
@@ -277,10 +288,11 @@ class Trainer:
         """The result of what was trained so far: status, final metrics, state size and training seconds.
         ``delete_checkpoint=False``: the caller deletes it once the result is stored (``self.checkpoint``)."""
         result = self._begin()
-        start = time.perf_counter()
+        start, self._cpu_mark = time.perf_counter(), time.process_time()
         self.settle(result, self._assessment)
         self._seconds += time.perf_counter() - start
-        result.wall_seconds = self._seconds
+        self._cpu_seconds, self._cpu_mark = self.cpu_seconds(), None
+        result.wall_seconds, result.cpu_seconds = self._seconds, self._cpu_seconds
         if self.checkpoint is not None and delete_checkpoint:
             self.checkpoint.delete()
         if self.watch is not None:

@@ -63,6 +63,9 @@ class RunResult(BaseModel):
     steps_to_threshold: int | None = None
     seconds_to_threshold: float | None = None
     wall_seconds: float = 0.0
+    cpu_seconds: float | None = Field(None, description="CPU seconds of the training process over the run's "
+                                      "steps and evaluations, every thread counted (core-seconds); None where not "
+                                      "counted: runs trained stacked, or stored before sepbench counted them")
     parameters: int = 0
     state_floats: int | None = Field(0, description="None: the mixer has no step path to measure")
     device: str = "cpu"
