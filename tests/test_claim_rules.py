@@ -175,9 +175,9 @@ def test_exploratory_claims_stay_out_of_the_tally():
 def test_a_claims_cost_gives_the_cpu_time_of_the_runs_that_counted_it():
     (claim,) = select(None, ["il-tf-vs-recurrent"])
     assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 90.0, 3).cost == "90 s"
-    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 7200.0, 3, 5400.0, 3).cost == "120.0 min; CPU 1.50 core-h"
+    assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 7200.0, 3, 5400.0, 3).cost == "120.0 min, CPU 1.50 core-h"
     assert (ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 7200.0, 3, 3600.0, 2).cost
-            == "120.0 min; CPU 1.00 core-h over 2 of 3 runs")
+            == "120.0 min, CPU 1.00 core-h (2 of 3 runs)")
 
 
 @pytest.mark.parametrize("ed_at_64, verdict", [(FLAT, REPRODUCED), (RISING, INCONCLUSIVE)])

@@ -117,8 +117,8 @@ class ClaimVerdict:
         wall = f"{self.wall_seconds:.0f} s" if self.wall_seconds < 120 else f"{self.wall_seconds / 60:.1f} min"
         if not self.cpu_runs:
             return wall
-        counted = "" if self.cpu_runs == self.runs else f" over {self.cpu_runs} of {self.runs} runs"
-        return f"{wall}; CPU {self.cpu_seconds / 3600:.2f} core-h{counted}"
+        counted = "" if self.cpu_runs == self.runs else f" ({self.cpu_runs} of {self.runs} runs)"
+        return f"{wall}, CPU {self.cpu_seconds / 3600:.2f} core-h{counted}"
 
     @property
     def label(self) -> str:

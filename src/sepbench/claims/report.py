@@ -32,7 +32,7 @@ def shown_verdict(verdict: ClaimVerdict) -> str:
 def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, str] | None = None) -> str:
     """The verdict table, then per claim its conditions, evidence and reasons."""
     lines = ["# Reproduction of the papers' claims", "", budget, "", RULES, "", tally(verdicts) + ".", "",
-             "| claim | paper, where | verdict | wall time; CPU time | evidence |", "|---|---|---|---|---|"]
+             "| claim | paper, where | verdict | wall time, CPU time | evidence |", "|---|---|---|---|---|"]
     for v in verdicts:
         first = "; ".join(o.evidence[0] for o in v.outcomes if o.evidence) or "-"
         lines.append(f"| `{v.claim.id}` | {v.claim.paper}, {v.claim.place} | **{shown_verdict(v)}** | "

@@ -286,7 +286,7 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     table.add_column("where")
     table.add_column("evidence")
     table.add_column("verdict", no_wrap=True)
-    table.add_column("wall; CPU")
+    table.add_column("wall, CPU", no_wrap=True)
     for row in verdict_rows(verdicts):
         table.add_row(*row)
     out.print(table)
