@@ -91,7 +91,10 @@ class LinearAttention(Mixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
-        q, k, v = (t.transpose(1, 2) for t in self._split(x))
+        q, k, v = self.qkv(x).view(batch, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # [B, H, T, d]
+        # phi on head-major copies: on the strided projection, with its gradient arriving head-major, elu's
+        # backward took ~10x as long on CPU (5.5 against 0.5 ms at B = 64, T = 201, D = 64)
+        q, k = feature_map(q.contiguous()), feature_map(k.contiguous())
         y = linear_attention_chunked(q, k, v, self.options.chunk)
         return self.out(y.transpose(1, 2).reshape(batch, length, width))
 
