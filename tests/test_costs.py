@@ -48,6 +48,8 @@ def test_a_stored_runs_cpu_seconds_count_where_it_has_them_else_its_wall_time(tm
     assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 0.1
     store.put(paused.model_copy(update={"cpu_seconds": None}))
     assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 10.0
+    store.put(paused.model_copy(update={"cpu_seconds": 1600.0}))  # four threads busy all along
+    assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 10.0
 
 
 def test_a_shape_too_large_to_time_falls_back_to_flops():

@@ -108,8 +108,9 @@ class ClaimVerdict:
     wall_seconds: float = 0.0
     runs: int = 0
     cpu_seconds: float = 0.0
+    """The CPU seconds of the claim's CPU runs that counted them (``RunResult.cpu_seconds``)."""
     cpu_runs: int = 0
-    """How many of the runs counted their CPU seconds (``RunResult.cpu_seconds``), summed in ``cpu_seconds``."""
+    """How many runs ``cpu_seconds`` sums."""
 
     @property
     def cost(self) -> str:

@@ -94,7 +94,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
 
     ``wall_seconds`` is the stored wall time of the claim's runs (or its check), whether trained now or before;
-    ``cpu_seconds`` the CPU time of those runs that counted it.
+    ``cpu_seconds`` the CPU time of those CPU runs that counted it.
     ``train`` False trains nothing and runs no theory check: the verdict is judged from what the store holds.
     """
     if claim.kind == "theory":
@@ -140,7 +140,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
             results[cfg.config_hash()] = found
     outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
     wall = sum(r.wall_seconds for r in results.values())
-    counted = [r.cpu_seconds for r in results.values() if r.cpu_seconds is not None]
+    counted = [r.cpu_seconds for r in results.values() if r.cpu_seconds is not None and r.device == "cpu"]
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results),
                         sum(counted), len(counted))
 

@@ -80,15 +80,16 @@ def shape(cfg: RunConfig) -> tuple:
 
 
 def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
-    """Per shape, the median seconds per step of stored finished runs (their evaluations included): CPU seconds
-    where a CPU run counted them (a core shared with other work or a paused process does not inflate them), else
-    wall seconds."""
+    """Per shape, the median seconds per step of stored finished runs (their evaluations included): a CPU run's
+    CPU seconds where it counted them and they are fewer than its wall seconds (on one thread a shared core or a
+    paused process inflates only the wall time; on several, CPU seconds count every thread), else wall seconds."""
     import numpy as np
 
     found: dict[tuple, list[float]] = {}
     for result in store.results():
-        counted = result.cpu_seconds if result.device == "cpu" and result.cpu_seconds else None
-        seconds = counted or result.wall_seconds
+        seconds = result.wall_seconds
+        if result.device == "cpu" and result.cpu_seconds:
+            seconds = min(result.cpu_seconds, seconds) if seconds > 0 else result.cpu_seconds
         if result.steps > 0 and seconds > 0 and result.status in ("solved", "completed"):
             found.setdefault(shape(result.config), []).append(seconds / result.steps)
     return {key: ShapeCost(float(np.median(values)), 0.0, "stored") for key, values in found.items()}

@@ -65,7 +65,8 @@ class RunResult(BaseModel):
     wall_seconds: float = 0.0
     cpu_seconds: float | None = Field(None, description="CPU seconds of the training process over the run's "
                                       "steps and evaluations, every thread counted (core-seconds); None where not "
-                                      "counted: runs trained stacked, or stored before sepbench counted them")
+                                      "counted: runs trained stacked, resumed from a checkpoint that did not count "
+                                      "them, or stored before sepbench counted them")
     parameters: int = 0
     state_floats: int | None = Field(0, description="None: the mixer has no step path to measure")
     device: str = "cpu"

@@ -30,12 +30,13 @@ def head_decays(heads: int) -> torch.Tensor:
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x * e^{i n theta} on consecutive feature pairs (the Theta of eq. 5, without xPos's length scaling)."""
+    """x * e^{i n theta} on consecutive feature pairs (the Theta of eq. 5, without xPos's length scaling); x in
+    float32 or float64 (the product is complex)."""
     dim = x.shape[-1]
     theta = 10000.0 ** (-torch.arange(0, dim, 2, device=x.device, dtype=x.dtype) / dim)
     angle = positions.to(x.dtype)[:, None] * theta  # [T, d/2]
     # each pair (even, odd) as one complex number times e^{i n theta}: one product where the real form took six
-    # strided ones (half the time of a CPU training step's rotations)
+    # strided ones, and half their time in a CPU training step
     pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], dim // 2, 2).contiguous())
     return torch.view_as_real(pairs * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
 
