@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from sepbench.config import ConfigError, ModelConfig
 from sepbench.models import build_model
-from sepbench.models.mixers import onednn_linear
+from sepbench.models.mixers import cpu_kernels, onednn_linear
 from sepbench.models.mixers.cpu_kernels import pytorch_forms
 from sepbench.models.mixers.onednn_linear import OneDNNLinear, linear, onednn_available
 
@@ -89,7 +89,7 @@ def test_asking_for_onednn_where_torch_lacks_it_is_one_line(monkeypatch):
 @needs_onednn
 @pytest.mark.parametrize("vendor, path", [("GenuineIntel", "torch"), ("AuthenticAMD", "onednn"), ("", "onednn")])
 def test_auto_takes_mkl_on_intel_processors_and_onednn_elsewhere(monkeypatch, vendor, path):
-    monkeypatch.setattr(onednn_linear, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_kernels, "cpu_vendor", lambda: vendor)
     auto = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
     assert auto.compute_paths(torch.device("cpu"))["linear"] == path
     forced = build_model(ModelConfig(name="mamba", layers=1, width=8, options={"linear": "onednn"}), 5, 10)

@@ -23,7 +23,8 @@ TRAINED = ("solved", "completed")
 NOT_TRAINED = ("failed", "diverged", "pruned")
 
 SUMMARY = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "loss"]
-DETAILS = ["steps", "steps_to_threshold", "seconds_to_threshold", "wall_seconds", "cpu_seconds", "parameters", "state_floats",
+DETAILS = ["steps", "steps_to_threshold", "seconds_to_threshold", "wall_seconds", "cpu_seconds", "parameters",
+           "state_floats",
            "device", "compute_paths", "version", "git_commit", "created_at", "error", "resumed_from"]
 CELL_KEYS = ["cell", "task", "model", "length", "layers", "width", "lr"]
 

@@ -67,11 +67,24 @@ def compiler() -> str | None:
     return None
 
 
+@lru_cache(maxsize=None)
+def cpuinfo_lines() -> tuple[str, ...]:
+    """The lines of Linux's /proc/cpuinfo, or none where it cannot be read."""
+    try:
+        return tuple(Path("/proc/cpuinfo").read_text().splitlines())
+    except OSError:
+        return ()
+
+
+def cpu_vendor() -> str:
+    """The processor's vendor id (``vendor_id`` in /proc/cpuinfo: GenuineIntel, AuthenticAMD, ...), or ''."""
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo_lines() if line.startswith("vendor_id")), "")
+
+
 def _cpu_identity() -> str:
     """What ``-march=native`` depends on: the processor's name and feature flags (Linux), else the platform."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
+    lines = cpuinfo_lines()
+    if not lines:
         return platform.processor() + platform.machine()
     return "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags", "Features"))}))
 

@@ -4,18 +4,18 @@ torch's ``F.linear`` runs float32 products on the CPU through MKL's sgemm; oneDN
 runs the same products with the core's widest vectors. On the AMD EPYC core sepbench's CPU figures come from,
 Mamba's projections at batch 64 x 101 positions took 0.85 ms through oneDNN against 1.95 ms through MKL forward,
 and 1.2 against 2.4 ms for the weight's gradient (docs/models.md, "Mamba"). On an Intel Xeon MKL is the faster
-of the two at every one of those products (``onednn_preferred``). Float64 inputs (which oneDNN does not take),
+of the two at all but one of those products (``onednn_preferred``). Float64 inputs (which oneDNN does not take),
 CUDA tensors and ``pytorch_forms`` (FLOP counting) go through ``F.linear``.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from sepbench.models.mixers import cpu_kernels
 from sepbench.models.mixers.cpu_kernels import held_back
 
 
@@ -36,22 +36,13 @@ def onednn_available() -> bool:
         return False
 
 
-@lru_cache(maxsize=None)
-def cpu_vendor() -> str:
-    """The processor's vendor id (``vendor_id`` in Linux's /proc/cpuinfo: GenuineIntel, AuthenticAMD, ...), or ''."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
-
-
 def onednn_preferred() -> bool:
     """Whether ``auto`` takes oneDNN's products: where torch has them and the processor is not Intel's. MKL's sgemm
     runs at full speed on Intel's cores and reads a transposed factor in place: on an Intel Xeon (one thread,
     Mamba's projections at batch 64 x 101 positions) it took 0.67 ms for a weight's gradient where oneDNN took 1.08
-    with its transposed copy, and 5-20% less for the other products; on an AMD EPYC core it took twice oneDNN's."""
-    return onednn_available() and cpu_vendor() != "GenuineIntel"
+    with its transposed copy, and 5-20% less for the forward and input-gradient products (dt_proj's weight gradient
+    alone was slower: 0.26 against 0.24 ms); on an AMD EPYC core it took twice oneDNN's."""
+    return onednn_available() and cpu_kernels.cpu_vendor() != "GenuineIntel"
 
 
 class OneDNNLinear(torch.autograd.Function):
