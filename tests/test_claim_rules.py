@@ -172,6 +172,21 @@ def test_exploratory_claims_stay_out_of_the_tally():
     assert tally(verdicts) == "1 reproduced, 0 not reproduced, 0 inconclusive; 1 exploratory (not the paper's claims)"
 
 
+def test_a_figure_whose_ranges_are_lost_is_exploratory_and_says_where_it_holds():
+    (claim,) = select(None, "deng-fig3b")
+    assert claim.exploratory and "swept values are lost" in claim.exploratory_reason
+    rising = {float(m): [1 - 2.0 ** -m] * 3 for m in range(1, 9)}
+    event, silent = evaluate_series(claim, "cpu", {"E": rising, "linear silent on D1": {1.0: [1.0] * 3, 2.0: [0.5] * 3}},
+                                    swept="m")
+    assert event.verdict == NOT_REPRODUCED and event.evidence[0].startswith("m=1: E 0.500")
+    assert event.evidence[-1] == "holds at 5 of 8 swept values: m = 4 to 8"
+    assert silent.evidence[-1] == "holds at 1 of 2 swept values: m = 1"
+    gaps = evaluate_series(claim, "cpu", {"E": {1.0: [0.95] * 3, 2.0: [0.5] * 3, 3.0: [0.99] * 3},
+                                          "linear silent on D1": {1.0: [0.0] * 3}}, swept="tau")
+    assert gaps[0].evidence[-1] == "holds at 2 of 3 swept values: tau = 1, 3"
+    assert len(gaps[1].evidence) == 1
+
+
 def test_a_claims_cost_gives_the_cpu_time_of_the_runs_that_counted_it():
     (claim,) = select(None, ["il-tf-vs-recurrent"])
     assert ClaimVerdict(claim, "cpu", INCONCLUSIVE, [], 90.0, 3).cost == "90 s"

@@ -241,6 +241,9 @@ class Claim(StrictModel):
     text: str = Field(min_length=1)
     beyond_paper: bool = Field(False, description="a question sepbench adds, not a claim the paper makes: shown as "
                                                   "exploratory, outside the reproduced / not reproduced tally")
+    ranges_lost: bool = Field(False, description="a figure of the paper whose swept values its text lost: the sweep "
+                                                 "is sepbench's, so the claim maps where the paper's result holds "
+                                                 "and is shown as exploratory, outside the tally")
     check: str | None = Field(None, description="theory claims: the function that measures the evidence")
     min_seeds: int = Field(3, ge=1)
     quick: ScaleSpecs
@@ -276,7 +279,16 @@ class Claim(StrictModel):
 
     @property
     def exploratory(self) -> bool:
-        return self.beyond_paper
+        return self.exploratory_reason is not None
+
+    @property
+    def exploratory_reason(self) -> str | None:
+        """Why the claim stays outside the tally, or None for a claim of the paper judged at the paper's values."""
+        if self.beyond_paper:
+            return "a question sepbench adds, not the paper's claim"
+        if self.ranges_lost:
+            return "the paper's swept values are lost, these are sepbench's: it maps where the result holds"
+        return None
 
     @property
     def place(self) -> str:

@@ -65,6 +65,15 @@ def random_networks(params: dict[str, Any]) -> Series:
     return {"E": event, "linear silent on D1": silent}
 
 
+def swept_parameter(params: dict[str, Any]) -> str:
+    """The name of the parameter a check's series sweeps: a Deng figure's or ``parameter``, else the length N."""
+    if "figure" in params:
+        from sepbench.theory.softmax_vs_linear.figures import load_figure
+
+        return load_figure(params["figure"]).parameter
+    return str(params.get("parameter", "N"))
+
+
 def learned(params: dict[str, Any]) -> Series:
     """Test accuracy of learned softmax and linear one-layer classifiers on R2 data, per n and seed."""
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig, train_one

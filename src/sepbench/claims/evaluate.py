@@ -783,8 +783,9 @@ Series = dict[str, dict[float, list[float]]]
 """label -> x -> one value per seed (or per repetition)."""
 
 
-def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
-    """Each ``compare`` / ``level`` condition of a theory claim, its groups naming series labels."""
+def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") -> list[Outcome]:
+    """Each ``compare`` / ``level`` condition of a theory claim, its groups naming series labels and its x the
+    values of the ``swept`` parameter; a level condition over several values also says at which it holds."""
     outcomes = []
     for condition in claim.conditions:
         if isinstance(condition, LogGrowth):
@@ -801,10 +802,10 @@ def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
         for x in xs:
             points = [Point(str(label), x, list(series.get(str(label), {}).get(x, []))) for label in labels]
             outcome.points += points
-            outcome.evidence.append(f"{_x_text(x)}: " + " vs ".join(p.text() for p in points))
+            outcome.evidence.append(f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
-                outcome.reasons += [f"{_x_text(x)}: {p.label} has {len(p.values)} values, the rule needs "
+                outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {len(p.values)} values, the rule needs "
                                     f"{claim.min_seeds}" for p in short]
                 verdicts.append(INCONCLUSIVE)
             elif isinstance(condition, Compare):
@@ -813,8 +814,24 @@ def evaluate_series(claim: Claim, scale: str, series: Series) -> list[Outcome]:
             else:
                 verdicts.append(level_verdict(points[0].values, condition.threshold, condition.direction))
         outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
+        if isinstance(condition, Level) and len(xs) > 1:
+            outcome.evidence.append(held_at(xs, [v == REPRODUCED for v in verdicts], swept))
         outcomes.append(outcome)
     return outcomes
+
+
+def held_at(xs: Sequence[float], held: Sequence[bool], swept: str) -> str:
+    """'holds at 13 of 16 swept values: m = 4 to 16': the runs of consecutive swept values where it held."""
+    bands, start = [], None
+    for i, ok in enumerate([*held, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            first, last = xs[start], xs[i - 1]
+            bands.append(f"{first:g}" if start == i - 1 else f"{first:g} to {last:g}")
+            start = None
+    where = f": {swept} = {', '.join(bands)}" if bands else ""
+    return f"holds at {sum(held)} of {len(xs)} swept values{where}"
 
 
 def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
@@ -838,5 +855,7 @@ def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
     return outcome
 
 
-def _x_text(x: float) -> str:
-    return f"N={int(x)}" if float(x).is_integer() else f"x={x:g}"
+def _x_text(x: float, swept: str = "N") -> str:
+    if swept == "N":
+        return f"N={int(x)}" if float(x).is_integer() else f"x={x:g}"
+    return f"{swept}={x:g}"

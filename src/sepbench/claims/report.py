@@ -39,7 +39,7 @@ def markdown(verdicts: Sequence[ClaimVerdict], budget: str, figures: dict[str, s
                      f"{v.cost} | {first.replace('|', '/')} |")
     for v in verdicts:
         lines += ["", f"## `{v.claim.id}`: {shown_verdict(v)}", "", f"{v.claim.text} ({v.claim.paper}, {v.claim.where})"
-                  + (" — exploratory: a question sepbench adds, not the paper's claim." if v.claim.exploratory else ""),
+                  + (f" — exploratory: {v.claim.exploratory_reason}." if v.claim.exploratory else ""),
                   ""]
         for o in v.outcomes:
             lines.append(f"- {o.text}: **{o.verdict}**")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sepbench.claims.catalogue import Claim
-from sepbench.claims.checks import NotComputed, cached
+from sepbench.claims.checks import NotComputed, cached, swept_parameter
 from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combine, evaluate_runs,
                                       evaluate_series)
 from sepbench.claims.ties import tied_cuts
@@ -108,7 +108,7 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
             reason = f"the check {claim.check} failed: {type(error).__name__}: {error}"
             return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                              for c in claim.conditions], 0.0, 0)
-        outcomes = evaluate_series(claim, scale, series)
+        outcomes = evaluate_series(claim, scale, series, swept_parameter(params))
         return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, seconds, 0)
     not_run = claim.at(scale).not_run
     if not_run is not None:

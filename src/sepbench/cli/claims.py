@@ -242,7 +242,7 @@ def _print_catalogue(claims, scale: str) -> None:
             runs = f"not run at the {scale} scale"
         else:
             runs = f"{len(claim.configs(scale))} {scale} runs"
-        beyond = " [exploratory: beyond the paper, outside the tally]" if claim.exploratory else ""
+        beyond = f" [exploratory, outside the tally: {claim.exploratory_reason}]" if claim.exploratory else ""
         say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
         if claim.note:
