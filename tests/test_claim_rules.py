@@ -8,7 +8,7 @@ from sepbench.claims import select
 from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine,
                                       evaluate_runs, evaluate_series)
 from sepbench.claims.learning import trend
-from sepbench.claims.report import tally
+from sepbench.claims.report import draw, tally
 from sepbench.store import Store
 from sepbench.train.result import EvalPoint, RunResult
 
@@ -181,6 +181,7 @@ def test_a_figure_whose_ranges_are_lost_is_exploratory_and_says_where_it_holds()
     assert event.verdict == NOT_REPRODUCED and event.evidence[0].startswith("m=1: E 0.500")
     assert event.evidence[-1] == "holds at 5 of 8 swept values: m = 4 to 8"
     assert silent.evidence[-1] == "holds at 1 of 2 swept values: m = 1"
+    assert draw(ClaimVerdict(claim, "cpu", NOT_REPRODUCED, [event, silent])).axes[0].get_xlabel() == "m"
     gaps = evaluate_series(claim, "cpu", {"E": {1.0: [0.95] * 3, 2.0: [0.5] * 3, 3.0: [0.99] * 3},
                                           "linear silent on D1": {1.0: [0.0] * 3}}, swept="tau")
     assert gaps[0].evidence[-1] == "holds at 2 of 3 swept values: tau = 1, 3"

@@ -66,7 +66,10 @@ def random_networks(params: dict[str, Any]) -> Series:
 
 
 def swept_parameter(params: dict[str, Any]) -> str:
-    """The name of the parameter a check's series sweeps: a Deng figure's or ``parameter``, else the length N."""
+    """The name of the parameter a check's series sweeps: a Deng figure's or ``parameter``, none ("") for a
+    bound's one number, else the length N."""
+    if "bound" in params:
+        return ""
     if "figure" in params:
         from sepbench.theory.softmax_vs_linear.figures import load_figure
 

@@ -97,6 +97,8 @@ class Outcome:
     points: list[Point] = field(default_factory=list)
     threshold: float | None = None
     """The level a ``level`` condition asks for (drawn as a line in the claim's figure)."""
+    x_label: str = "N"
+    """What the points' x is: the length, a swept parameter's name, or "" for a series of one number."""
 
 
 @dataclass
@@ -785,7 +787,8 @@ Series = dict[str, dict[float, list[float]]]
 
 def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") -> list[Outcome]:
     """Each ``compare`` / ``level`` condition of a theory claim, its groups naming series labels and its x the
-    values of the ``swept`` parameter; a level condition over several values also says at which it holds."""
+    values of the ``swept`` parameter ("" for a series of one number); a level condition over several values also
+    says at which it holds."""
     outcomes = []
     for condition in claim.conditions:
         if isinstance(condition, LogGrowth):
@@ -797,12 +800,14 @@ def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") 
         labels = [condition.a, condition.b] if isinstance(condition, Compare) else [condition.group]
         lengths = condition.lengths_at(scale)
         xs = lengths if lengths is not None else sorted({x for label in labels for x in series.get(str(label), {})})
-        outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None))
+        outcome = Outcome(condition.text, INCONCLUSIVE, threshold=getattr(condition, "threshold", None),
+                          x_label=swept)
         verdicts = []
         for x in xs:
             points = [Point(str(label), x, list(series.get(str(label), {}).get(x, []))) for label in labels]
             outcome.points += points
-            outcome.evidence.append(f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
+            outcome.evidence.append(" vs ".join(_point_text(p, swept) for p in points) if not swept
+                                    else f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
                 outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {len(p.values)} values, the rule needs "
@@ -853,6 +858,11 @@ def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
                             f"N grows x{max(present) / min(present):g})")
     outcome.verdict = REPRODUCED if worst <= condition.slack else NOT_REPRODUCED
     return outcome
+
+
+def _point_text(point: Point, swept: str) -> str:
+    """A point of a series with no swept parameter (a bound's one number): its value alone."""
+    return f"{point.label} {point.values[0]:g}" if len(point.values) == 1 else point.text()
 
 
 def _x_text(x: float, swept: str = "N") -> str:

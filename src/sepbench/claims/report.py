@@ -79,7 +79,9 @@ def draw(verdict: ClaimVerdict):
         if 0 < len(xs) <= 8:
             ax.set_xticks(xs)
         ax.set_title(f"{outcome.verdict}\n{_wrap(outcome.text)}", fontsize=7)
-        ax.set_xlabel("N")
+        ax.set_xlabel(outcome.x_label)
+        if not outcome.x_label:
+            ax.set_xticks([])
         ax.set_ylabel("mean over seeds (bars: seed range)", fontsize=7)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
