@@ -806,7 +806,7 @@ def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") 
         for x in xs:
             points = [Point(str(label), x, list(series.get(str(label), {}).get(x, []))) for label in labels]
             outcome.points += points
-            outcome.evidence.append(" vs ".join(_point_text(p, swept) for p in points) if not swept
+            outcome.evidence.append(" vs ".join(_point_text(p) for p in points) if not swept
                                     else f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
@@ -860,7 +860,7 @@ def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
     return outcome
 
 
-def _point_text(point: Point, swept: str) -> str:
+def _point_text(point: Point) -> str:
     """A point of a series with no swept parameter (a bound's one number): its value alone."""
     return f"{point.label} {point.values[0]:g}" if len(point.values) == 1 else point.text()
 
