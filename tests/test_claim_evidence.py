@@ -52,6 +52,25 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     assert "yours: 0 reproduced, 1 not reproduced, 0 inconclusive" in beside.stdout
 
 
+def test_the_verdicts_read_whole_on_a_narrow_console_and_as_a_table_on_a_wide_one(monkeypatch):
+    from sepbench.cli.app import out
+
+    args = ["reproduce", "--claim", "il-tf-vs-recurrent", "--claim", "bound-8k", "--evidence", "--scale", "cpu"]
+    monkeypatch.setattr(out, "_width", 80)
+    narrow = runner.invoke(app, args)
+    assert narrow.exit_code == 0, narrow.output
+    assert "il-tf-vs-recurrent: reproduced (" in narrow.stdout and "┃" not in narrow.stdout
+    assert "  bhattamishra2024, sec. 6, L196\n" in narrow.stdout
+    assert "    N=200: name=transformer transformer-(1, 64) lr 0.0001 0.968 [0.965, 0.971]" in narrow.stdout
+    monkeypatch.setattr(out, "_width", 200)
+    wide = runner.invoke(app, args)
+    assert wide.exit_code == 0, wide.output
+    header = next(line for line in wide.stdout.splitlines() if line.startswith("┃ claim"))
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["claim", "where", "evidence", "verdict", "wall, CPU"]
+    row = next(line for line in wide.stdout.splitlines() if line.startswith("│ il-tf-vs-recurrent "))
+    assert "bhattamishra2024" in row and "reproduced" in row.split("│")[4]
+
+
 def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     folder = tmp_path / "evidence" / "quick"
     folder.mkdir(parents=True)

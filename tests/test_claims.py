@@ -227,7 +227,7 @@ def test_cli_theory_claim_end_to_end(tmp_path):
             "--out", str(tmp_path / "rep")]
     result = runner.invoke(app, args, terminal_width=300)
     assert result.exit_code == 0, result.output
-    assert "first length 8193 " in result.stdout and "N=0" not in result.stdout and "1 reproduced" in result.stdout
+    assert "first length 8193\n" in result.stdout and "N=0" not in result.stdout and "1 reproduced" in result.stdout
     assert (tmp_path / "rep" / "figures" / "claim-bound-8k.png").is_file()
     assert (tmp_path / "s.claims.json").is_file()
 

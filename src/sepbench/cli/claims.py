@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -277,19 +278,42 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
         f"total): {planned.total.seconds / 3600:.2f} in all; per claim at most {planned.most_per_claim / 3600:.2f}")
 
 
+def _fits(table: Table) -> bool:
+    """Whether every column of ``table`` gets at least its minimum width on this console (rich squeezes the
+    columns that do not away)."""
+    widths = [c.min_width or max((len(line) for cell in c.cells for line in str(cell).splitlines()),
+                                 default=len(str(c.header))) for c in table.columns]
+    return sum(widths) + 3 * len(widths) + 1 <= out.width
+
+
+def _print_verdict_blocks(title: str, rows: list[tuple[str, str, str, str, str]]) -> None:
+    """The verdict table for a console too narrow for it: per claim, its verdict and cost, then place and evidence."""
+    say(f"[bold]{title}[/bold]")
+    for claim, where, evidence, verdict, cost in rows:
+        say(f"[bold]{claim}[/bold]: {escape(verdict)} ({escape(cost)})")
+        out.print(f"  {where}", highlight=False, soft_wrap=True, markup=False)
+        for line in evidence.splitlines():
+            out.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+
+
 def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     from sepbench.claims.report import tally
     from sepbench.claims.tables import overridden, verdict_rows
 
-    table = Table(title=f"reproduction, {scale} scale" + (f" (overridden: {overridden(overrides)})" if overrides else ""))
+    title = f"reproduction, {scale} scale" + (f" (overridden: {overridden(overrides)})" if overrides else "")
+    rows = verdict_rows(verdicts)
+    table = Table(title=title)
     table.add_column("claim", no_wrap=True)
-    table.add_column("where")
-    table.add_column("evidence")
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("wall, CPU", no_wrap=True)
-    for row in verdict_rows(verdicts):
+    table.add_column("where", min_width=18, ratio=1)
+    table.add_column("evidence", min_width=40, ratio=3)
+    table.add_column("verdict", min_width=24, ratio=2)
+    table.add_column("wall, CPU", min_width=16)
+    for row in rows:
         table.add_row(*row)
-    out.print(table)
+    if _fits(table):
+        out.print(table)
+    else:
+        _print_verdict_blocks(title, rows)
     say(tally(verdicts))
     from sepbench.claims.evaluate import SEARCH_TIE
 
