@@ -142,6 +142,31 @@ def test_rate_claim_reads_the_recurrent_curves_at_k_times_the_transformers_steps
     assert level.verdict == NOT_REPRODUCED and "2nd best of 2 lr" in level.evidence[0]
 
 
+def test_a_rate_claim_bounds_the_fast_sides_steps_where_the_text_does(tmp_path):
+    (claim,) = select(None, "il-tf-vs-recurrent")
+    rate = claim.conditions[1]
+    assert rate.fast_within == 10000  # "within a few thousand steps" (L196)
+    bounded = claim.model_copy(update={"conditions": [rate.model_copy(update={"fast_within": 500})]})
+    configs = bounded.configs("quick", EVAL)
+
+    def judge(folder, make_run):
+        store = Store(tmp_path / folder / "s.db")
+        for cfg in configs:
+            store.put(make_run(cfg))
+        (outcome,) = evaluate_runs(bounded, "quick", configs, {r.config_hash: r for r in store.results()})
+        return outcome
+
+    assert judge("fast", _rate_runs(250, lstm_learns=False)).verdict == REPRODUCED
+    late = judge("late", _rate_runs(500, lstm_learns=False))
+    assert late.verdict == NOT_REPRODUCED and "reaches it at T = 500 steps (slowest seed): not below 500" in late.evidence[0]
+
+    def never(cfg):
+        return _run(cfg, [(s, 0.5, 0.7) for s in range(250, 2750, 250)])
+
+    missed = judge("never", never)
+    assert missed.verdict == NOT_REPRODUCED and "never reaches it: not below 500 steps" in missed.evidence[0]
+
+
 def test_log_growth_of_a_constructions_width():
     (claim,) = select(None, "construct-index-lookup")
     accuracy = {64: [1.0] * 3, 1024: [1.0] * 3}

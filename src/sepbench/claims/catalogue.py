@@ -144,8 +144,9 @@ class Level(ConditionBase):
 
 
 class Rate(ConditionBase):
-    """A rate of learning: ``fast`` reaches ``threshold`` within its budget, at T steps (its best learning rate,
-    the slowest seed); ``slow``'s best member is still below ``threshold`` at k x T steps, read off its curves."""
+    """A rate of learning: ``fast`` reaches ``threshold`` within its budget (and below ``fast_within`` steps when
+    set), at T steps (its best learning rate, the slowest seed); ``slow``'s best member is still below
+    ``threshold`` at k x T steps, read off its curves."""
 
     kind: Literal["rate"]
     fast: Group
@@ -153,6 +154,8 @@ class Rate(ConditionBase):
     per: list[str] = Field(default_factory=lambda: ["model.name"])
     k: float = Field(10.0, gt=1)
     threshold: float = Field(gt=0, le=1)
+    fast_within: int | None = Field(None, gt=0, description="T must be below this many steps (a bound the text "
+                                       "puts on the fast side's rate, e.g. \"within a few thousand steps\")")
 
 
 class SolvedRuleFields(StrictModel):

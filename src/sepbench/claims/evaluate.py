@@ -17,7 +17,8 @@ Rules, the same for every claim:
 * ``rate`` (Bhattamishra et al. L293, "the rate of learning"): T = the steps the fast group's best member takes to
   reach the threshold (its best learning rate, slowest seed, from its curve); reproduced when the slow group's best
   member, read off its curves at k x T steps, is below the threshold on every seed, not reproduced when it reached
-  it on every seed. Slow runs whose budget ends before k x T make it inconclusive.
+  it on every seed. Slow runs whose budget ends before k x T make it inconclusive. With ``fast_within`` = B, a
+  fast side whose T is not below B steps (or that never reaches the threshold in B steps) is not reproduced.
 * ``fixed_width``: one grid width <= ``max_width`` is solved at every length (reproduced), every such width is
   decided unsolved at some length (not reproduced), otherwise inconclusive.
 * ``min_width_order``: per task, a's smallest solving width <= b's at every length and < at one or more; a tie at
@@ -431,6 +432,12 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
         if reasons:
             outcome.reasons += reasons
             verdicts.append(INCONCLUSIVE)
+            continue
+        within = condition.fast_within
+        if within is not None and steps >= within and (steps < INF or max(r.steps for r in fast.runs) >= within):
+            reached = f"reaches it at T = {steps:.0f} steps (slowest seed)" if steps < INF else "never reaches it"
+            outcome.evidence.append(f"N={n}: {fast.label} {fast.member} {reached}: not below {within} steps")
+            verdicts.append(NOT_REPRODUCED)
             continue
         if steps == INF:
             budget = max(r.steps for r in fast.runs)
