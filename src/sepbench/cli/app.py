@@ -90,11 +90,16 @@ def interrupted(finished: str, store: Store, since: float) -> NoReturn:
     raise typer.Exit(INTERRUPTED)
 
 
-def print_whole(table: Table) -> None:
-    """Print ``table`` on a console wide enough for its every column's minimum width."""
+def narrowest(table: Table) -> int:
+    """The console width ``table`` needs to give every column its minimum width (rich squeezes columns below it)."""
     from rich.measure import Measurement
 
-    needed = Measurement.get(out, out.options.update_width(1 << 16), table).minimum
+    return Measurement.get(out, out.options.update_width(1 << 16), table).minimum
+
+
+def print_whole(table: Table) -> None:
+    """Print ``table`` on a console wide enough for its every column's minimum width."""
+    needed = narrowest(table)
     console = out if needed <= out.width else Console(width=needed)
     console.print(table)
 

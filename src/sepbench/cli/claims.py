@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, err, interrupted, out, say, warn
+from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, say, warn
 from sepbench.cli.options import (
     checkpoints_option, group_size_option, retry_failed_option, store_option, tensorboard_option, use_folders,
 )
@@ -278,14 +278,6 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
         f"total): {planned.total.seconds / 3600:.2f} in all; per claim at most {planned.most_per_claim / 3600:.2f}")
 
 
-def _fits(table: Table) -> bool:
-    """Whether every column of ``table`` gets at least its minimum width on this console (rich squeezes the
-    columns that do not away)."""
-    widths = [c.min_width or max((len(line) for cell in c.cells for line in str(cell).splitlines()),
-                                 default=len(str(c.header))) for c in table.columns]
-    return sum(widths) + 3 * len(widths) + 1 <= out.width
-
-
 def _print_verdict_blocks(title: str, rows: list[tuple[str, str, str, str, str]]) -> None:
     """The verdict table for a console too narrow for it: per claim, its verdict and cost, then place and evidence."""
     say(f"[bold]{title}[/bold]")
@@ -310,7 +302,7 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     table.add_column("wall, CPU", min_width=16)
     for row in rows:
         table.add_row(*row)
-    if _fits(table):
+    if narrowest(table) <= out.width:
         out.print(table)
     else:
         _print_verdict_blocks(title, rows)
