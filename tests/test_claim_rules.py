@@ -266,7 +266,7 @@ def test_tied_cuts_are_those_within_the_evaluations_noise():
     kept = (1e-3, 5e-3)
     ties = tied_cuts([_searched(c, kept, 0.50, 0.49, 0.6) for c in cells])
     assert sorted(t.lr for t in ties) == [1e-6, 5e-5, 1e-4, 5e-4, 1e-2]
-    assert all(t.step == 500 and t.kept_lr in kept for t in ties)
+    assert all(t.step == 500 and t.kept_lr in kept and t.budget == cells[0].train.steps for t in ties)
     assert "lr 0.01 at step 500 with mean accuracy 0.490" in next(t.text() for t in ties if t.lr == 1e-2)
     # 0.49 against 0.55 on 1000 examples a seed (2 standard errors of the difference ~0.026): no tie
     apart = [_searched(c, kept, 0.55, 0.49, 0.9) for c in cells]
@@ -297,6 +297,8 @@ def test_a_verdict_resting_on_rates_the_search_cut_on_a_tie_is_inconclusive(tmp_
     assert deep.verdict == INCONCLUSIVE and shallow.verdict == INCONCLUSIVE, (deep.reasons, shallow.reasons)
     assert any("the rate search cut transformer-(2, 64)" in r for r in deep.reasons), deep.reasons
     assert any("the rate search cut transformer-(1, 256)" in r for r in shallow.reasons), shallow.reasons
+    # the reason names what would decide it: the five cut rates' three seeds each, trained to the spec's budget
+    assert any("trained in full (15 runs of 4000 steps; `--settle-ties`)" in r for r in deep.reasons), deep.reasons
     label = ClaimVerdict(claim, "cpu", INCONCLUSIVE, [deep, shallow]).label
     assert label == "inconclusive: the rate search cut rates it could not rank"
     deep, shallow = judged(rung_gap=0.3)  # the finalists led clearly at the rung: the cuts stand

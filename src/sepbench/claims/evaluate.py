@@ -384,8 +384,11 @@ def _search_tie_reason(condition: Compare | Level, verdict: str, searched: Seque
     if not cuts:
         return None
     others = f" ({len(cuts) - 1} more such cuts)" if len(cuts) > 1 else ""
+    runs = sum(len(cut.hashes) for cut in cuts)
+    budgets = "/".join(str(b) for b in sorted({cut.budget for cut in cuts}))
     return (f"{cuts[0].text()}{others}: the best configuration may be one the search never trained to its "
-            "budget, so the verdict waits on those rates trained in full")
+            f"budget, so the verdict waits on those rates trained in full ({runs} runs of {budgets} steps; "
+            "`--settle-ties`)")
 
 
 def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:

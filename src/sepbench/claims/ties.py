@@ -31,6 +31,8 @@ class TiedCut:
     noise: float
     hashes: tuple[str, ...] = ()
     """The config hashes of the cut rate's runs (one per seed)."""
+    budget: int = 0
+    """The steps each of those runs would train in full (its config's ``train.steps``)."""
 
     def text(self) -> str:
         return (f"the rate search cut {self.model} lr {self.lr:g} at step {self.step} with mean accuracy "
@@ -60,5 +62,5 @@ def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
             if tied:
                 model = f"{runs[0].config.model.name}-({runs[0].config.model.layers}, {runs[0].config.model.width})"
                 found.append(TiedCut(model, lr, step, cut[0], worst_lr, worst[0], noise,
-                                     tuple(r.config_hash for r in runs)))
+                                     tuple(r.config_hash for r in runs), runs[0].config.train.steps))
     return found
