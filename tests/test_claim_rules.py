@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sepbench.claims import select
-from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine,
-                                      evaluate_runs, evaluate_series)
+from sepbench.claims.evaluate import evaluate_runs
+from sepbench.claims.series_rules import evaluate_series
+from sepbench.claims.verdicts import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine
 from sepbench.claims.learning import trend
 from sepbench.claims.report import draw, tally
 from sepbench.store import Store

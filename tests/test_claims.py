@@ -6,8 +6,10 @@ from typer.testing import CliRunner
 
 from sepbench.claims import SCALES, catalogue, select
 from sepbench.claims.checks import CHECKS
-from sepbench.claims.evaluate import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, combine, compare_verdict,
-                                      evaluate_runs, level_verdict, order_verdict, possible_widths)
+from sepbench.claims.evaluate import evaluate_runs
+from sepbench.claims.verdicts import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, combine, compare_verdict, level_verdict,
+                                      order_verdict)
+from sepbench.claims.width_rules import possible_widths
 from sepbench.cli import app
 from sepbench.config import ConfigError
 from sepbench.store import Store
@@ -259,7 +261,7 @@ def test_cli_sweep_claim_trains_stacked_groups_when_asked(tmp_path, monkeypatch)
 
 
 def test_claim_figure_draws_accuracies_on_0_1_with_the_level_line_and_the_picked_member(tmp_path):
-    from sepbench.claims.evaluate import ClaimVerdict
+    from sepbench.claims.verdicts import ClaimVerdict
     from sepbench.claims.report import draw
 
     (claim,) = select("bhattamishra2024", "mamba-width")
@@ -380,7 +382,7 @@ def test_list_and_dry_run_say_which_claims_the_cpu_scale_does_not_run(tmp_path):
 
 
 def test_an_inconclusive_verdict_without_reasons_is_not_called_unshipped():
-    from sepbench.claims.evaluate import ClaimVerdict, Outcome
+    from sepbench.claims.verdicts import ClaimVerdict, Outcome
 
     (claim,) = select(None, "il-tf-vs-recurrent")
     straddling = Outcome("TF-(1, 64) reaches >= 0.95 at two learning rates", INCONCLUSIVE)

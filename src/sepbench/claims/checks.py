@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from sepbench.claims.evaluate import Series
+from sepbench.claims.series_rules import Series
 
 Check = Callable[[dict[str, Any]], Series]
 

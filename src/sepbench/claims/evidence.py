@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import cache_entry, put_entry
-from sepbench.claims.evaluate import INCONCLUSIVE, NO_EVIDENCE, ClaimVerdict, Outcome
+from sepbench.claims.verdicts import INCONCLUSIVE, NO_EVIDENCE, ClaimVerdict, Outcome
 from sepbench.config import ConfigError
 from sepbench.store import Store
 from sepbench.train.result import RunResult

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from sepbench.claims.evaluate import ClaimVerdict
+from sepbench.claims.verdicts import ClaimVerdict
 
 RULES = ("Verdicts follow the rule stated in each claim (sepbench.claims.evaluate): reproduced when every condition "
          "holds on every seed pairing, not reproduced when a condition fails on every pairing, inconclusive when "

@@ -7,9 +7,10 @@ from typing import Any, Sequence
 
 from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import NotComputed, cached, swept_parameter
-from sepbench.claims.evaluate import (INCONCLUSIVE, ClaimVerdict, Outcome, combine, evaluate_runs,
-                                      evaluate_series)
+from sepbench.claims.evaluate import evaluate_runs
+from sepbench.claims.series_rules import evaluate_series
 from sepbench.claims.ties import tied_cuts
+from sepbench.claims.verdicts import INCONCLUSIVE, ClaimVerdict, Outcome, combine
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from sepbench.claims.evaluate import ClaimVerdict
+from sepbench.claims.verdicts import ClaimVerdict
 from sepbench.claims.placement import Placement
 from sepbench.claims.report import shown_verdict
 from sepbench.claims.reproduce import ClaimPlan

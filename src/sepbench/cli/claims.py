@@ -307,7 +307,7 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     else:
         _print_verdict_blocks(title, rows)
     say(tally(verdicts))
-    from sepbench.claims.evaluate import SEARCH_TIE
+    from sepbench.claims.verdicts import SEARCH_TIE
 
     tied = [v.claim.id for v in verdicts if SEARCH_TIE in v.label]
     if tied:

@@ -10,7 +10,7 @@ import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pandas as pd
 import yaml
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sepbench import configs
 from sepbench.config import ConfigError
 from sepbench.theory.softmax_vs_linear.experiment import PointResult, Setting, run_point
+
+if TYPE_CHECKING:
+    import matplotlib.figure
 
 CONFIG_DIR = configs.path("deng2023")
 RECONSTRUCTED = ("reconstructed definitions, ranges chosen by us (the paper's formulas and sweep ranges were lost; "
@@ -125,7 +128,7 @@ def store_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{**row, "point_key": point_key(row), "created_at": now} for row in rows]
 
 
-def draw_figure(frame: pd.DataFrame, config: FigureConfig) -> "matplotlib.figure.Figure":
+def draw_figure(frame: pd.DataFrame, config: FigureConfig) -> matplotlib.figure.Figure:
     """'# of E out of 100' against the swept parameter, with the reconstruction caveat in the figure."""
     from matplotlib.figure import Figure
 
