@@ -62,6 +62,8 @@ class Outcome:
 
 @dataclass
 class ClaimVerdict:
+    """A claim's verdict at one scale: its conditions' outcomes, and what the runs behind them cost."""
+
     claim: Claim
     scale: str
     verdict: str
