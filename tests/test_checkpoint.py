@@ -279,30 +279,48 @@ def test_a_killed_ray_worker_leaves_a_checkpoint_the_rerun_resumes(tmp_path):
     assert len(result.resumed_from) == 1 and outcome(result) == outcome(train(cfg, progress=False))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("spec, options", [
-    ({"seeds": [0, 1, 2, 3]}, ["--group-size", "2"]),
-    ({"grid": {"model.width": [8, 12]}, "lr_grid": [1e-2, 1e-3], "lr_search": "halving"}, []),
-], ids=["stacked groups", "halving cells"])
-def test_ctrl_c_checkpoints_the_runs_of_worker_processes(tmp_path, spec, options):
+def _ctrl_c_sweep(tmp_path: Path, spec: dict, options: list[str], ready) -> tuple[Path, list[RunConfig], set[str]]:
+    """Ctrl-C a two-worker ``sepbench sweep`` of ``spec`` (runs of 1000 steps) once ``ready(folder, configs)``;
+    its store, its configs and the config hashes it stored before it stopped."""
     path, folder = tmp_path / "runs.db", tmp_path / "runs.db.checkpoints"
-    long_runs = {**BASE, "train": {**BASE["train"], "steps": 1000}}  # the Ctrl-C must land while all four train
+    long_runs = {**BASE, "train": {**BASE["train"], "steps": 1000}}
     spec_file = write_spec(tmp_path / "spec.yaml", **{"base": long_runs, **spec})
-    four = lambda: len(list(folder.glob("*.pt"))) == 4  # noqa: E731 - every run has saved once
+    configs = SweepSpec.from_yaml(spec_file).expand()
     code, seconds, stderr = kill_after_checkpoint(
-        [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder, ready=four,
-        signum=signal.SIGINT)
+        [*SEPBENCH, "sweep", str(spec_file), "--workers", "2", "--store", str(path), *options], folder,
+        ready=lambda: ready(folder, configs), signum=signal.SIGINT)
     assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
     assert seconds < 30, f"took {seconds:.1f} s to stop"  # about 2 s alone; generous for a loaded machine
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stderr.split())
-    configs = SweepSpec.from_yaml(spec_file).expand()
     stored = {c.config_hash() for c in configs if Store(path).has(c.config_hash())}
     assert len(stored) < len(configs)
-    if "halving" in spec.values():
-        run_halving(configs, Store(path))
-    else:
-        run_sweep(configs, Store(path), group_size=2)
+    return path, configs, stored
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_the_runs_of_stacked_groups_in_worker_processes(tmp_path):
+    every_run_saved = lambda folder, configs: len(list(folder.glob("*.pt"))) == len(configs)  # noqa: E731
+    path, configs, stored = _ctrl_c_sweep(tmp_path, {"seeds": [0, 1, 2, 3]}, ["--group-size", "2"], every_run_saved)
+    run_sweep(configs, Store(path), group_size=2)
     assert all(Store(path).get(c.config_hash()).resumed_from for c in configs if c.config_hash() not in stored)
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_the_runs_halving_cells_hold_in_worker_processes(tmp_path):
+    """Three rates a cell: all three train to the first rung (250 steps) and are held there; the Ctrl-C lands once
+    a cell holds all three, and each run it checkpointed resumes from its file."""
+    def a_cell_held_whole(folder: Path, configs: list[RunConfig]) -> bool:
+        cells: dict[int, list[str]] = {}
+        for c in configs:
+            cells.setdefault(c.model.width, []).append(c.config_hash())
+        return any(all((folder / f"{h}.pt").exists() for h in cell) for cell in cells.values())
+
+    spec = {"grid": {"model.width": [8, 12]}, "lr_grid": [1e-2, 1e-3, 1e-4], "lr_search": "halving"}
+    path, configs, stored = _ctrl_c_sweep(tmp_path, spec, [], a_cell_held_whole)
+    saved = {p.stem for p in (tmp_path / "runs.db.checkpoints").glob("*.pt")} - stored
+    assert len(saved) >= 3
+    run_halving(configs, Store(path))
+    assert all(Store(path).get(h).resumed_from for h in saved)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])

@@ -1,4 +1,5 @@
 import math
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -7,7 +8,7 @@ from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import ConfigError, apply_overrides
 from sepbench.sweep import SweepSpec
-from sepbench.sweep.halving import Rung, halve_cell, lr_score, planned_steps, rank, run_halving, schedule
+from sepbench.sweep.halving import Rung, _Run, halve_cell, lr_score, planned_steps, rank, run_halving, schedule
 from sepbench.sweep.search import SolvedRule, min_width_table, select_lr
 from sepbench.train import EvalPoint, RunResult, train
 
@@ -151,6 +152,32 @@ def test_a_killed_search_resumes_without_training_the_stored_rung_again(halved, 
     assert summary(store) == summary(full)
     again = run_halving(configs, store)
     assert again.steps == 0 and not again.results and again.skipped == 8
+
+
+def test_a_run_that_trained_to_the_budget_is_stored_before_its_cell_ends(halved, tmp_path, monkeypatch):
+    configs, full, _ = halved
+    store = Store(tmp_path / "runs.db")
+    budget, advance, at_budget = BASE["train"]["steps"], _Run.advance, []
+
+    def advance_until_the_second_finalist(run: _Run, step: int) -> None:
+        if step == budget:
+            at_budget.append(run.config.config_hash())
+            if len(at_budget) == 2:
+                raise KeyboardInterrupt
+        advance(run, step)
+
+    monkeypatch.setattr(_Run, "advance", advance_until_the_second_finalist)
+    with pytest.raises(KeyboardInterrupt):
+        run_halving(configs, store)
+    first = store.get(at_budget[0])
+    assert first is not None and first.status in ("completed", "solved")
+    assert (first.steps, first.metrics) == (full.get(at_budget[0]).steps, full.get(at_budget[0]).metrics)
+    monkeypatch.undo()
+    shutil.rmtree(store.checkpoints)  # the runs held at the rung lose their checkpoints too: only stored runs remain
+    resumed = run_halving(configs, store)
+    assert at_budget[0] not in {r.config_hash for r in resumed.results}
+    summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
+    assert summary(store) == summary(full)
 
 
 def test_an_lr_whose_seeds_all_solved_wins_and_the_others_stop_at_that_rung(tmp_path):

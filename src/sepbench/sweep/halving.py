@@ -163,8 +163,10 @@ class _Run:
         self._finish()
         assert self.result is not None
         if pruned and self.result.status not in ("diverged", "failed"):
-            return self.result.model_copy(update={"status": "pruned"})
-        return self.result
+            self.stored = self.result.model_copy(update={"status": "pruned"})
+        else:
+            self.stored = self.result
+        return self.stored
 
 
 @dataclass
@@ -205,7 +207,8 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
 
     Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
     what the store lacks (the survivors of an interrupted rung resume from their checkpoints). Once every seed of a
-    learning rate has solved and early-stopped, it wins and the others stop at that rung. With ``keep_ties``, a
+    learning rate has solved and early-stopped, it wins and the others stop at that rung. At the budget nothing is
+    cut: each run there is stored the moment it finishes, so a kill loses no run that trained in full. With ``keep_ties``, a
     rung also keeps every rate tied with the worst one it keeps (``tied_with_kept``), so a cell where no rate has
     learned yet trains on whole; rates stored as cut by an earlier search stay cut.
     """
@@ -216,19 +219,23 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     outcome.skipped = sum(run.stored is not None for group in runs.values() for run in group)
     protocol = configs[0].train
 
+    def store_run(run: _Run, pruned: bool) -> None:
+        result = run.close(pruned)
+        if result is not None:
+            store.put(result)
+            run.stored_now()
+            outcome.results.append(result)
+            outcome.steps += result.steps - (result.resumed_from[-1] if result.resumed_from else 0)
+            if on_result is not None:
+                on_result(result)
+
     def close(lr: float, pruned: bool) -> None:
         for run in runs[lr]:
-            result = run.close(pruned)
-            if result is not None:
-                store.put(result)
-                run.stored_now()
-                outcome.results.append(result)
-                outcome.steps += result.steps - (result.resumed_from[-1] if result.resumed_from else 0)
-                if on_result is not None:
-                    on_result(result)
+            store_run(run, pruned)
 
     alive = lrs
     for rung in schedule(protocol.steps, len(lrs), eta, protocol.eval_every, finalists):
+        at_budget = rung.step >= protocol.steps
         for lr in alive:
             for run in runs[lr]:
                 try:
@@ -237,14 +244,16 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
                     for held in (r for group in runs.values() for r in group if r.trainer is not None):
                         checkpoint.save_trainer(held.trainer)
                     raise
+                if at_budget and run.finished:
+                    store_run(run, pruned=False)  # nothing is cut at the budget: stored as it finishes
+        if at_budget:
+            break
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
         scores = {lr: lr_score([run.result for run in runs[lr]], rung.step) for lr in alive}
         ranked = rank(scores)
         keep = set(winners or ranked[:rung.keep])
-        if keep_ties and rung.step >= protocol.steps:
-            keep = set(ranked)  # every rate scored here trained its whole budget: none is cut at the end
-        elif keep_ties and not winners:
+        if keep_ties and not winners:
             results = {lr: [run.result for run in runs[lr]] for lr in alive}
             keep |= set(tied_with_kept(ranked[rung.keep:], ranked[:rung.keep], results, rung.step))
         for lr in alive:
@@ -279,7 +288,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                 keep_ties: bool = False) -> HalvingOutcome:
     """Successive halving in every cell of ``configs``; cells run in parallel on ``workers`` processes.
 
-    Each run is stored the moment its learning rate is cut or its cell ends, so a killed search resumes.
+    Each run is stored the moment its learning rate is cut or it finishes at the budget, so a killed search resumes.
     """
     start = time.perf_counter()
     outcome = HalvingOutcome(total=len(configs), skipped=0)
