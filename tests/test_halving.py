@@ -155,7 +155,7 @@ def test_a_killed_search_resumes_without_training_the_stored_rung_again(halved, 
 
 
 def test_a_run_that_trained_to_the_budget_is_stored_before_its_cell_ends(halved, tmp_path, monkeypatch):
-    configs, full, _ = halved
+    configs, full, full_outcome = halved
     store = Store(tmp_path / "runs.db")
     budget, advance, at_budget = BASE["train"]["steps"], _Run.advance, []
 
@@ -172,12 +172,37 @@ def test_a_run_that_trained_to_the_budget_is_stored_before_its_cell_ends(halved,
     first = store.get(at_budget[0])
     assert first is not None and first.status in ("completed", "solved")
     assert (first.steps, first.metrics) == (full.get(at_budget[0]).steps, full.get(at_budget[0]).metrics)
+    assert not (store.checkpoints / f"{at_budget[0]}.pt").exists()  # stored, so its checkpoint went
     monkeypatch.undo()
+    before = list(store.results())
     shutil.rmtree(store.checkpoints)  # the runs held at the rung lose their checkpoints too: only stored runs remain
     resumed = run_halving(configs, store)
     assert at_budget[0] not in {r.config_hash for r in resumed.results}
+    assert resumed.steps == full_outcome.steps - sum(r.steps for r in before)
     summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
     assert summary(store) == summary(full)
+
+
+def test_nothing_is_cut_at_the_budget_where_a_rate_wins_and_an_earlier_cut_stays_where_it_was(tmp_path):
+    """A schedule of one rung, the budget: a rate an earlier search stored as cut (at step 20) keeps that cut; and
+    where lr 1e-3 solves on both seeds, lr 1e-2, trained in full beside it, is stored as it ended, not pruned."""
+    configs = [c for c in SweepSpec.build(SPEC).expand() if c.train.lr in (1e-2, 1e-3, 1e-5)]
+    store = Store(tmp_path / "runs.db")
+    for seed in (0, 1):
+        store.put(_result(1e-3, seed, "solved", [(10, 0.3), (30, 0.995)], steps_to_threshold=30))
+        store.put(_result(1e-2, seed, "completed", [(10, 0.2), (40, 0.6)]))
+        store.put(_result(1e-5, seed, "pruned", [(10, 0.1), (20, 0.1)]))
+    outcome = halve_cell(configs, store, finalists=3)
+    assert outcome.steps == 0 and outcome.cut_at == {c.config_hash(): 20 for c in configs if c.train.lr == 1e-5}
+    assert {lr: {r.status for r in runs} for lr, runs in _stored_by_lr(store).items()} == \
+        {1e-3: {"solved"}, 1e-2: {"completed"}, 1e-5: {"pruned"}}
+    fresh = Store(tmp_path / "fresh.db")
+    for seed in (0, 1):
+        fresh.put(_result(1e-3, seed, "solved", [(10, 0.3), (30, 0.995)], steps_to_threshold=30))
+    two = [c for c in configs if c.train.lr != 1e-5]
+    trained = halve_cell(two, fresh)  # trains lr 1e-2 for real to the budget, where lr 1e-3 wins
+    assert [(r.config.train.lr, r.status, r.steps) for r in trained.results] == [(1e-2, "completed", 40)] * 2
+    assert trained.cut_at == {}
 
 
 def test_an_lr_whose_seeds_all_solved_wins_and_the_others_stop_at_that_rung(tmp_path):

@@ -121,7 +121,7 @@ def test_bad_lengths_are_rejected():
 
 
 @pytest.mark.parametrize("name,length,options,other", [
-    ("dyck", 20, {}, [10, 40]), ("eq_random", 20, {}, [10, 40]), ("eq_ncp", 20, {}, [40]),
+    ("dyck", 20, {}, [10, 40]), ("eq_random", 20, {}, [10, 40]), ("eq_ncp", 20, {}, [8, 40]),
     ("mqar", 8, {}, [4, 16]), ("nearest_neighbor", 12, {}, [6, 24]),
 ])
 def test_evaluation_at_other_lengths(name, length, options, other):

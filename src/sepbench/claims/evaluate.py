@@ -1,6 +1,7 @@
 """Verdicts from data: a claim's conditions applied to stored runs (``evaluate_runs``). The rules below are
-implemented here (``compare``, ``level``, ``rate``), in ``sepbench.claims.width_rules`` (smallest solving widths)
-and in ``sepbench.claims.series_rules`` (a theory check's series); ``sepbench.claims.verdicts`` holds the words.
+implemented here (``compare``, ``level``, ``rate``), in ``sepbench.claims.groups`` (a group's best configuration),
+``sepbench.claims.width_rules`` (smallest solving widths) and ``sepbench.claims.series_rules`` (a theory check's
+series); ``sepbench.claims.verdicts`` holds the words.
 
 Rules, the same for every claim:
 
@@ -145,7 +146,7 @@ def _search_tie_reason(condition: Compare | Level, verdict: str, searched: Seque
     if not cuts:
         return None
     others = f" ({len(cuts) - 1} more such cuts)" if len(cuts) > 1 else ""
-    runs = sum(len(cut.hashes) for cut in cuts)
+    runs = len({h for cut in cuts for h in cut.hashes})
     budgets = "/".join(str(b) for b in sorted({cut.budget for cut in cuts}))
     return (f"{cuts[0].text()}{others}: the best configuration may be one the search never trained to its "
             f"budget, so the verdict waits on those rates trained in full ({runs} runs of {budgets} steps; "

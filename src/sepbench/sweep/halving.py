@@ -157,7 +157,8 @@ class _Run:
             self.checkpoint = None
 
     def close(self, pruned: bool) -> RunResult | None:
-        """The result to store now, ``pruned`` if cut (a diverged or failed run keeps its status); None if stored."""
+        """The result to store now, ``pruned`` if cut (a diverged or failed run keeps its status), and the run marked
+        as stored; None if it was stored already."""
         if self.stored is not None:
             return None
         self._finish()
@@ -240,13 +241,16 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
             for run in runs[lr]:
                 try:
                     run.advance(rung.step)
+                    if at_budget and run.finished:
+                        store_run(run, pruned=False)  # nothing is cut at the budget: stored as it finishes
                 except KeyboardInterrupt:  # the run in training saved its checkpoint; so do those held at the rung
                     for held in (r for group in runs.values() for r in group if r.trainer is not None):
                         checkpoint.save_trainer(held.trainer)
                     raise
-                if at_budget and run.finished:
-                    store_run(run, pruned=False)  # nothing is cut at the budget: stored as it finishes
         if at_budget:
+            for lr in alive:  # a rate an earlier search stored as cut has no score here: it stays cut where it was
+                if all(run.stored is not None and run.stored.status == "pruned" for run in runs[lr]):
+                    outcome.cut_at.update({run.config.config_hash(): run.stored.steps for run in runs[lr]})
             break
         winners = [lr for lr in alive if protocol.early_stop and all(
             run.finished and run.result.status == "solved" and run.result.steps <= rung.step for run in runs[lr])]
@@ -288,7 +292,8 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                 keep_ties: bool = False) -> HalvingOutcome:
     """Successive halving in every cell of ``configs``; cells run in parallel on ``workers`` processes.
 
-    Each run is stored the moment its learning rate is cut or it finishes at the budget, so a killed search resumes.
+    Each run is stored the moment its learning rate is cut or it finishes at the budget (a rate that wins before the
+    budget: when its cell ends), so a killed search resumes.
     """
     start = time.perf_counter()
     outcome = HalvingOutcome(total=len(configs), skipped=0)
