@@ -143,6 +143,19 @@ def test_rate_claim_reads_the_recurrent_curves_at_k_times_the_transformers_steps
     assert level.verdict == NOT_REPRODUCED and "2nd best of 2 lr" in level.evidence[0]
 
 
+def test_a_rate_claim_reads_the_whole_set_accuracy_where_k_times_t_is_the_recurrent_runs_end(tmp_path):
+    """At 10 x T = 2500, the recurrent runs' last step, the final accuracy (every evaluation example) is read, not
+    the last curve point (which the adaptive budget may have scored on 256 examples)."""
+    def make(cfg):
+        run = _rate_runs(250, lstm_learns=False)(cfg)
+        if cfg.model.name != "transformer":
+            run.metrics["accuracy"] = 0.125 + 0.001 * cfg.seed  # the curve's last point reads 0.1
+        return run
+
+    _, (_, rate) = _evaluate(tmp_path, "il-tf-vs-recurrent", make)
+    assert rate.verdict == REPRODUCED and "0.126 [0.125, 0.127]" in rate.evidence[0], rate.evidence
+
+
 def test_a_rate_claim_bounds_the_fast_sides_steps_where_the_text_does(tmp_path):
     (claim,) = select(None, "il-tf-vs-recurrent")
     rate = claim.conditions[1]

@@ -164,7 +164,10 @@ def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:
 
 
 def _accuracy_at(result: RunResult, step: float) -> float:
-    """Accuracy of the last evaluation at or before ``step``; a run that stopped solved keeps its last value."""
+    """Accuracy of the last evaluation at or before ``step``; at or past the run's last step, its final accuracy
+    (scored on the whole evaluation set, where a curve point may have stopped early under the adaptive budget)."""
+    if step >= result.steps and "accuracy" in result.metrics:
+        return final_accuracy(result)
     seen = [p.accuracy for p in result.curve if p.step <= step]
     if seen:
         return seen[-1]
