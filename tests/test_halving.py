@@ -146,7 +146,9 @@ def test_a_killed_search_resumes_without_training_the_stored_rung_again(halved, 
     resumed = run_halving(configs, store)
     assert resumed.skipped == stored_before_kill
     assert not {r.config_hash for r in resumed.results} & set(before)
-    assert resumed.steps == full_outcome.steps - sum(r.steps for r in before.values())
+    # every run held at the first rung (step 10) saved its checkpoint there and resumes from it
+    assert [r.resumed_from for r in resumed.results] == [[10]] * (8 - stored_before_kill)
+    assert resumed.steps == full_outcome.steps - sum(r.steps for r in before.values()) - 10 * len(resumed.results)
     assert all(store.get(h).created_at == r.created_at for h, r in before.items())
     summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
     assert summary(store) == summary(full)

@@ -140,6 +140,8 @@ class _Run:
             self.result = self.trainer.train_until(step)
             if self.trainer.stopped:
                 self._finish()
+            else:  # held at the rung: saved now, so however the process ends the run resumes from here
+                checkpoint.save_trainer(self.trainer)
         except Exception as error:  # noqa: BLE001 - a crash of one run is that run's result
             self.result, self.trainer, self.finished = failed_result(self.config, error), None, True
 
