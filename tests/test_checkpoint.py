@@ -321,7 +321,7 @@ def test_ctrl_c_checkpoints_the_runs_halving_cells_hold_in_worker_processes(tmp_
     assert len(saved) >= 3
     run_halving(configs, Store(path))
     assert all(Store(path).get(h).resumed_from for h in saved)
-    # the periodic saves of a run end before its rung; the runs held there resume from the Ctrl-C's save at 250
+    # the periodic saves of a run end before its rung; the runs held there resume from the save made as they stopped
     assert sum(Store(path).get(h).resumed_from[0] == 250 for h in saved) >= 2
 
 

@@ -240,15 +240,10 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     for rung in schedule(protocol.steps, len(lrs), eta, protocol.eval_every, finalists):
         at_budget = rung.step >= protocol.steps
         for lr in alive:
-            for run in runs[lr]:
-                try:
-                    run.advance(rung.step)
-                    if at_budget and run.finished:
-                        store_run(run, pruned=False)  # nothing is cut at the budget: stored as it finishes
-                except KeyboardInterrupt:  # the run in training saved its checkpoint; so do those held at the rung
-                    for held in (r for group in runs.values() for r in group if r.trainer is not None):
-                        checkpoint.save_trainer(held.trainer)
-                    raise
+            for run in runs[lr]:  # a stop saves the run in training; those held at a rung saved as they stopped
+                run.advance(rung.step)
+                if at_budget and run.finished:
+                    store_run(run, pruned=False)  # nothing is cut at the budget: stored as it finishes
         if at_budget:
             for lr in alive:  # a rate an earlier search stored as cut has no score here: it stays cut where it was
                 if all(run.stored is not None and run.stored.status == "pruned" for run in runs[lr]):
