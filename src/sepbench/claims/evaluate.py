@@ -47,7 +47,7 @@ from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, G
                                        MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
 from sepbench.claims.learning import learning_reason
-from sepbench.claims.ties import tied_cuts
+from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, Outcome, Point,
                                       combine, compare_verdict, level_verdict)
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
@@ -91,7 +91,9 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
         learning = _still_learning_reason(condition, points) if verdict != REPRODUCED else None
-        tie = _search_tie_reason(condition, verdict, searched, points, picks)
+        cuts = _deciding_tied_cuts(condition, verdict, searched, points, picks)
+        outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
+        tie = _tie_text(cuts) if cuts else None
         if learning:
             outcome.reasons.append(f"N={n}: {learning}")
         elif verdict == INCONCLUSIVE and not tie:
@@ -126,11 +128,11 @@ def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) 
     return learning_reason([r for r in rising if final_accuracy(r) < target], target)
 
 
-def _search_tie_reason(condition: Compare | Level, verdict: str, searched: Sequence[Sequence[RunResult]],
-                       points: Sequence[Point], picks: Sequence[str]) -> str | None:
-    """Why a verdict rests on learning rates the search never trained (``sepbench.claims.ties``): a side whose
-    rise could change the verdict (one that must rise and has not, or one that must stay below and has) had a
-    rate cut on a tie. With ``pick: worst`` only the picked member's rise moves the group's value."""
+def _deciding_tied_cuts(condition: Compare | Level, verdict: str, searched: Sequence[Sequence[RunResult]],
+                        points: Sequence[Point], picks: Sequence[str]) -> list[TiedCut]:
+    """The rates a search cut on a tie (``sepbench.claims.ties``) that the verdict rests on: those of a side whose
+    rise could change it (one that must rise and has not, or one that must stay below and has). With
+    ``pick: worst`` only the picked member's rise moves the group's value."""
     if isinstance(condition, Level):
         rises_help = [condition.direction == "at_least"]
     else:
@@ -143,8 +145,11 @@ def _search_tie_reason(condition: Compare | Level, verdict: str, searched: Seque
             member = member_name(point.runs[0].config, condition.per)
             results = [r for r in results if member_name(r.config, condition.per) == member]
         cuts += tied_cuts(results)
-    if not cuts:
-        return None
+    return cuts
+
+
+def _tie_text(cuts: Sequence[TiedCut]) -> str:
+    """Why a verdict waits on rates the search never trained, and the budget that decides it."""
     others = f" ({len(cuts) - 1} more such cuts)" if len(cuts) > 1 else ""
     runs = len({h for cut in cuts for h in cut.hashes})
     budgets = "/".join(str(b) for b in sorted({cut.budget for cut in cuts}))

@@ -9,7 +9,6 @@ from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import NotComputed, cached, swept_parameter
 from sepbench.claims.evaluate import evaluate_runs
 from sepbench.claims.series_rules import evaluate_series
-from sepbench.claims.ties import tied_cuts
 from sepbench.claims.verdicts import INCONCLUSIVE, ClaimVerdict, Outcome, combine
 from sepbench.config import RunConfig
 from sepbench.store import Store
@@ -50,13 +49,14 @@ class ClaimPlan:
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
                reuse: Reuse = Reuse(), settle_ties: bool = False) -> ClaimPlan:
-    """What the claim's runs still need. ``settle_ties``: the runs of every learning rate its searches cut on a tie
-    (``sepbench.claims.ties``) train in full, as a grid trains them, replacing their pruned rows."""
+    """What the claim's runs still need. ``settle_ties``: the runs of the learning rates its searches cut on a tie
+    (``sepbench.claims.ties``) that its verdicts wait on train in full, as a grid trains them, replacing their
+    pruned rows."""
     if claim.kind == "theory":
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
     searches = halving_specs(claim, scale, overrides)
-    settled = tied_runs(searches, store) if settle_ties else set()
+    settled = waited_on(claim, scale, configs, store) if settle_ties else set()
     halved = {cfg.config_hash() for _, runs in searches for cfg in runs} - settled
     by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
     by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
@@ -65,13 +65,13 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
                      len(by_grid.failed_kept) + len(by_halving.failed_kept), scale, searches, settled)
 
 
-def tied_runs(searches: Sequence[tuple[SweepSpec, list[RunConfig]]], store: Store) -> set[str]:
-    """Config hashes of the stored pruned runs of every learning rate these searches cut on a tie."""
-    hashes: set[str] = set()
-    for _, runs in searches:
-        stored = [r for r in (store.get(cfg.config_hash()) for cfg in runs) if r is not None]
-        hashes.update(h for cut in tied_cuts(stored) for h in cut.hashes)
-    return hashes
+def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> set[str]:
+    """Config hashes of the runs of every learning rate a search cut on a tie that the claim's verdicts, judged on
+    the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``). A tie on a side
+    whose rise could not change its verdict is left as the search cut it."""
+    results = {h: r for h, r in ((cfg.config_hash(), store.get(cfg.config_hash())) for cfg in configs)
+               if r is not None}
+    return {h for outcome in evaluate_runs(claim, scale, configs, results) for h in outcome.waits_on}
 
 
 def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None
@@ -90,7 +90,8 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
           train: bool = True, group_size: int | None = None, settle_ties: bool = False) -> ClaimVerdict:
     """Train the claim's missing runs (or run its theory check), then evaluate its conditions.
-    ``settle_ties``: also train in full the rates its searches cut on a tie (``plan_claim``).
+    ``settle_ties``: also train in full the rates its searches cut on a tie that its verdicts wait on
+    (``plan_claim``), round after round while the rates settled so far tie further cuts to them.
 
     ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
 
@@ -117,23 +118,17 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
         return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                          for c in claim.conditions], 0.0, 0)
     claim_plan = plan_claim(claim, scale, store, overrides, reuse, settle_ties)
-    if train and claim_plan.todo:
-        from sepbench.sweep.grouped import default_group_size
-
-        from sepbench.sweep.halving import run_halving
-
+    trained: set[str] = set()
+    while train and claim_plan.todo:
         todo = {cfg.config_hash() for cfg in claim_plan.todo}
-        halved: set[str] = set()
-        for spec, runs in claim_plan.searches:
-            hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
-            if hashes & todo:
-                run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
-                            finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
-            halved |= hashes
-        grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
-        if grid:
-            size = group_size or default_group_size(grid[0].device)
-            run_sweep(grid, store, workers=min(workers, len(grid)), on_result=on_result, reuse=reuse, group_size=size)
+        if todo <= trained:
+            break
+        _train_plan(claim_plan, store, workers, on_result, reuse, group_size)
+        trained |= todo
+        if not settle_ties:
+            break
+        # a settled rate read at chance at its rung can tie further cuts to it; train those in a next round
+        claim_plan = plan_claim(claim, scale, store, overrides, reuse, settle_ties)
     results = {}
     for cfg in claim_plan.configs:
         found = store.get(cfg.config_hash())
@@ -144,6 +139,27 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
     counted = [r.cpu_seconds for r in results.values() if r.cpu_seconds is not None and r.device == "cpu"]
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results),
                         sum(counted), len(counted))
+
+
+def _train_plan(claim_plan: ClaimPlan, store: Store, workers: int, on_result: OnResult | None, reuse: Reuse,
+                group_size: int | None) -> None:
+    """Train what ``claim_plan`` still needs: its searches by successive halving, the rest (settled rates
+    included) as a grid, stacked by the device's group size unless ``group_size`` says."""
+    from sepbench.sweep.grouped import default_group_size
+    from sepbench.sweep.halving import run_halving
+
+    todo = {cfg.config_hash() for cfg in claim_plan.todo}
+    halved: set[str] = set()
+    for spec, runs in claim_plan.searches:
+        hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
+        if hashes & todo:
+            run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
+                        finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
+        halved |= hashes
+    grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
+    if grid:
+        size = group_size or default_group_size(grid[0].device)
+        run_sweep(grid, store, workers=min(workers, len(grid)), on_result=on_result, reuse=reuse, group_size=size)
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,

@@ -58,6 +58,8 @@ class Outcome:
     """The level a ``level`` condition asks for (drawn as a line in the claim's figure)."""
     x_label: str = "N"
     """What the points' x is: the length, a swept parameter's name, or "" for a series of one number."""
+    waits_on: set[str] = field(default_factory=set)
+    """Config hashes of the runs of rates a search cut on a tie that this verdict waits on (``--settle-ties``)."""
 
 
 @dataclass

@@ -54,9 +54,9 @@ def reproduce(
     resume_evidence: bool = typer.Option(False, "--resume-evidence", help="first copy the shipped evidence of these "
                                          "claims (--evidence-dir) into --store, keeping the runs it holds, so that "
                                          "only the runs the evidence lacks are trained"),
-    settle_ties: bool = typer.Option(False, "--settle-ties", help="also train in full every learning rate a rate "
-                                     "search cut while it was within the evaluations' noise of one it kept "
-                                     "(verdicts 'the rate search cut rates it could not rank'; see "
+    settle_ties: bool = typer.Option(False, "--settle-ties", help="also train in full the learning rates a rate "
+                                     "search cut within the evaluations' noise of one it kept, where a verdict "
+                                     "waits on them ('the rate search cut rates it could not rank'; see "
                                      "docs/reproduction.md)"),
 ) -> None:
     """Every claim of the papers as a checked verdict: run what the store misses, then judge each claim by its rule.
