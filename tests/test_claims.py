@@ -464,3 +464,24 @@ def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):
                                  "--dry-run", "--store", str(tmp_path / "s.db")], terminal_width=300)
     assert placed.exit_code == 0, placed.output
     assert "yang-ed-local is not run at the cpu scale" in placed.stderr and "0 claims at the cpu scale" in placed.stdout
+
+
+def test_the_grid_runs_of_several_claims_train_as_one_sweep(tmp_path, monkeypatch):
+    from sepbench.claims import reproduce
+
+    sweeps: list[set[str]] = []
+    real_sweep = reproduce.run_sweep
+
+    def recorded(configs, *args, **kwargs):
+        sweeps.append({cfg.config_hash() for cfg in configs})
+        return real_sweep(configs, *args, **kwargs)
+
+    monkeypatch.setattr(reproduce, "run_sweep", recorded)
+    claims = select(None, ["dyck-one-layer-short", "il-tf-vs-recurrent"])
+    smoke = {"train.steps": 4, "train.eval_every": 2, "train.eval_samples": 16, "model.width": 8}
+    store = Store(tmp_path / "s.db")
+    verdicts = reproduce.judge_all(claims, "quick", store, smoke)
+    wanted = {cfg.config_hash() for claim in claims for cfg in claim.configs("quick", smoke)}
+    # one sweep over both claims' runs, so that its workers (one here) are shared between them
+    assert sweeps == [wanted] and len(store) == len(wanted) == 24
+    assert {v.claim.id: v.runs for v in verdicts} == {"dyck-one-layer-short": 6, "il-tf-vs-recurrent": 18}

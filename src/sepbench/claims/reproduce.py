@@ -89,20 +89,24 @@ def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = N
 def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
           train: bool = True, group_size: int | None = None, settle_ties: bool = False) -> ClaimVerdict:
-    """Train the claim's missing runs (or run its theory check), then evaluate its conditions.
-    ``settle_ties``: also train in full the rates its searches cut on a tie that its verdicts wait on
-    (``plan_claim``), round after round while the rates settled so far tie further cuts to them.
-
-    ``group_size``: runs of one cell trained stacked (``sweep --group-size``); by default the device's.
+    """Train the claim's missing runs (``train_claims``) or run its theory check, then evaluate its conditions.
 
     ``wall_seconds`` is the stored wall time of the claim's runs (or its check), whether trained now or before;
     ``cpu_seconds`` the CPU time of those CPU runs that counted it.
     ``train`` False trains nothing and runs no theory check: the verdict is judged from what the store holds.
     """
+    if train:
+        train_claims([claim], scale, store, overrides, workers, on_result, reuse, group_size, settle_ties)
+    return _verdict(claim, scale, store, overrides, reuse, compute=train)
+
+
+def _verdict(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None, reuse: Reuse,
+             compute: bool) -> ClaimVerdict:
+    """The claim judged on the runs the store holds (a theory claim on its check, run when ``compute``)."""
     if claim.kind == "theory":
         params = claim.at(scale).params
         try:
-            series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force, compute=train)
+            series, seconds, _ = cached(claim.check, params, store.path, refresh=reuse.force, compute=compute)
         except NotComputed as missing:
             return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[str(missing)])
                                                              for c in claim.conditions], 0.0, 0)
@@ -117,59 +121,67 @@ def judge(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | No
         reason = f"not run at the {scale} scale: {not_run}"
         return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                          for c in claim.conditions], 0.0, 0)
-    claim_plan = plan_claim(claim, scale, store, overrides, reuse, settle_ties)
-    trained: set[str] = set()
-    while train and claim_plan.todo:
-        todo = {cfg.config_hash() for cfg in claim_plan.todo}
-        if todo <= trained:
-            break
-        _train_plan(claim_plan, store, workers, on_result, reuse, group_size)
-        trained |= todo
-        if not settle_ties:
-            break
-        # a settled rate read at chance at its rung can tie further cuts to it; train those in a next round
-        claim_plan = plan_claim(claim, scale, store, overrides, reuse, settle_ties)
+    configs = claim.configs(scale, overrides)
     results = {}
-    for cfg in claim_plan.configs:
+    for cfg in configs:
         found = store.get(cfg.config_hash())
         if found is not None:
             results[cfg.config_hash()] = found
-    outcomes = evaluate_runs(claim, scale, claim_plan.configs, results)
+    outcomes = evaluate_runs(claim, scale, configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     counted = [r.cpu_seconds for r in results.values() if r.cpu_seconds is not None and r.device == "cpu"]
     return ClaimVerdict(claim, scale, combine([o.verdict for o in outcomes]), outcomes, wall, len(results),
                         sum(counted), len(counted))
 
 
-def _train_plan(claim_plan: ClaimPlan, store: Store, workers: int, on_result: OnResult | None, reuse: Reuse,
-                group_size: int | None) -> None:
-    """Train what ``claim_plan`` still needs: its searches by successive halving, the rest (settled rates
-    included) as a grid, stacked by the device's group size unless ``group_size`` says."""
+def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
+                 workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
+                 group_size: int | None = None, settle_ties: bool = False) -> None:
+    """Train what the learned claims still need: each claim's learning-rate searches in turn, then the grid runs
+    of all of them (settled rates included) as one sweep, so that ``workers`` are shared across claims, stacked by
+    the device's group size unless ``group_size`` says. ``settle_ties``: the rates the searches cut on a tie that
+    a verdict waits on (``plan_claim``), round after round while the rates settled so far tie further cuts to them.
+    """
     from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.halving import run_halving
 
-    todo = {cfg.config_hash() for cfg in claim_plan.todo}
-    halved: set[str] = set()
-    for spec, runs in claim_plan.searches:
-        hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
-        if hashes & todo:
-            run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
-                        finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
-        halved |= hashes
-    grid = [cfg for cfg in claim_plan.todo if cfg.config_hash() not in halved]
-    if grid:
-        size = group_size or default_group_size(grid[0].device)
-        run_sweep(grid, store, workers=min(workers, len(grid)), on_result=on_result, reuse=reuse, group_size=size)
+    learned = [c for c in claims if c.kind != "theory" and c.at(scale).not_run is None]
+    trained: set[str] = set()
+    while True:
+        plans = [plan_claim(c, scale, store, overrides, reuse, settle_ties) for c in learned]
+        todo = {cfg.config_hash() for p in plans for cfg in p.todo}
+        if todo <= trained:
+            return
+        searched: set[str] = set()
+        grid: dict[str, RunConfig] = {}
+        for claim_plan in plans:
+            halved: set[str] = set()
+            for spec, runs in claim_plan.searches:
+                hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
+                if hashes & todo and not hashes <= searched:
+                    run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
+                                finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
+                halved |= hashes
+            searched |= halved
+            grid.update((cfg.config_hash(), cfg) for cfg in claim_plan.todo if cfg.config_hash() not in halved)
+        if grid:
+            size = group_size or default_group_size(next(iter(grid.values())).device)
+            run_sweep(list(grid.values()), store, workers=min(workers, len(grid)), on_result=on_result,
+                      reuse=reuse, group_size=size)
+        trained |= todo
+        if not settle_ties:
+            return
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
               workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
               group_size: int | None = None, settle_ties: bool = False) -> list[ClaimVerdict]:
-    """``judge`` each claim in turn. Ctrl-C raises SweepInterrupted (how many runs finished) once the runs in
-    training have saved their checkpoints."""
+    """Train what the claims need (``train_claims``), run their theory checks, and judge each. Ctrl-C raises
+    SweepInterrupted (how many runs finished) once the runs in training have saved their checkpoints."""
     with interrupts_counted(store) as finished:
-        return [judge(claim, scale, store, overrides, workers=workers, on_result=finished.reporting(on_result),
-                      reuse=reuse, group_size=group_size, settle_ties=settle_ties) for claim in claims]
+        train_claims(claims, scale, store, overrides, workers, finished.reporting(on_result), reuse, group_size,
+                     settle_ties)
+        return [_verdict(claim, scale, store, overrides, reuse, compute=True) for claim in claims]
 
 
 @dataclass
