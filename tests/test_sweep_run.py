@@ -366,3 +366,21 @@ def test_ctrl_c_stops_reproduce_and_keeps_its_finished_runs(tmp_path):
     assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
     assert not (tmp_path / "report").exists()
+
+
+def test_progress_grows_its_total_for_runs_planned_after_it_started():
+    import io
+
+    from rich.console import Console
+
+    from sepbench import RunConfig
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.result import RunResult
+
+    out = io.StringIO()
+    cfg = RunConfig.build({"task": {"name": "index_lookup", "length": 10}, "model": {"name": "lstm", "width": 8}})
+    result = RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": 0.5})
+    with SweepProgress("reproduce", 1, Console(file=out, width=200), live=False) as progress:
+        progress.advance(result)
+        progress.advance(result)  # a later --settle-ties round
+    assert progress.total == 2 and "[2/2]" in out.getvalue() and "[2/1]" not in out.getvalue()

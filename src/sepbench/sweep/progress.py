@@ -42,6 +42,9 @@ class SweepProgress:
     def advance(self, result: RunResult) -> None:
         self.done += 1
         self.finished.add(result.config_hash)
+        if self.done > self.total:  # runs planned after the start (``reproduce --settle-ties``'s later rounds)
+            self.total = self.done
+            self._bar.update(self._job, total=self.total)
         if self.live:
             self._bar.update(self._job, advance=1)
             self._bar.console.print(describe(result), markup=False, highlight=False)
