@@ -15,6 +15,7 @@ from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
 from sepbench.sweep.interrupts import interrupts_counted
 from sepbench.sweep.spec import SweepSpec
+from sepbench.train.result import RunResult
 
 
 @dataclass
@@ -69,9 +70,13 @@ def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Sto
     """Config hashes of the runs of every learning rate a search cut on a tie that the claim's verdicts, judged on
     the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``). A tie on a side
     whose rise could not change its verdict is left as the search cut it."""
-    results = {h: r for h, r in ((cfg.config_hash(), store.get(cfg.config_hash())) for cfg in configs)
-               if r is not None}
-    return {h for outcome in evaluate_runs(claim, scale, configs, results) for h in outcome.waits_on}
+    return {h for outcome in evaluate_runs(claim, scale, configs, _stored(configs, store)) for h in outcome.waits_on}
+
+
+def _stored(configs: Sequence[RunConfig], store: Store) -> dict[str, RunResult]:
+    """The stored results of ``configs``, by config hash (those not stored are left out)."""
+    found = ((cfg.config_hash(), store.get(cfg.config_hash())) for cfg in configs)
+    return {h: result for h, result in found if result is not None}
 
 
 def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = None
@@ -122,11 +127,7 @@ def _verdict(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] |
         return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                          for c in claim.conditions], 0.0, 0)
     configs = claim.configs(scale, overrides)
-    results = {}
-    for cfg in configs:
-        found = store.get(cfg.config_hash())
-        if found is not None:
-            results[cfg.config_hash()] = found
+    results = _stored(configs, store)
     outcomes = evaluate_runs(claim, scale, configs, results)
     wall = sum(r.wall_seconds for r in results.values())
     counted = [r.cpu_seconds for r in results.values() if r.cpu_seconds is not None and r.device == "cpu"]
