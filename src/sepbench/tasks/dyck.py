@@ -121,21 +121,40 @@ class Dyck(Task):
         return Batch.from_numpy(strings, targets, mask)
 
     def positives(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
-        """The depth-capped random stack walk of App. H.1, vectorised over ``n`` strings."""
+        """The depth-capped random stack walk of App. H.1, vectorised over ``n`` strings.
+
+        Each step draws an open for the empty stack and an open-or-close for the others, whatever the state, so the
+        walk's depths come first, from the draws alone, and each close then takes the type of the last open at its
+        level."""
         k, m = self.types, self.depth
-        stack = np.zeros((n, m), dtype=np.int64)
-        depth = np.zeros(n, dtype=np.int64)
-        rows = np.arange(n)
-        out = np.empty((n, length), dtype=np.int64)
+        from_empty = np.empty((length, n), dtype=np.int64)
+        from_nonempty = np.empty((length, n), dtype=np.int64)
         for t in range(length):
-            remaining = length - t
-            choice = np.where(depth == 0, rng.integers(0, k, size=n), rng.integers(0, k + 1, size=n))
-            close = (depth == m) | (depth == remaining) | ((depth > 0) & (choice == k))
-            top = stack[rows, np.maximum(depth - 1, 0)]
-            out[:, t] = np.where(close, top + k, choice)
-            stack[rows[~close], depth[~close]] = choice[~close]
-            depth += np.where(close, -1, 1)
-        return out
+            from_empty[t] = rng.integers(0, k, size=n)
+            from_nonempty[t] = rng.integers(0, k + 1, size=n)
+        before = np.empty((length, n), dtype=np.int64)
+        close = np.empty((length, n), dtype=bool)
+        wants_close = from_nonempty == k
+        depth = np.zeros(n, dtype=np.int64)
+        for t in range(length):
+            before[t] = depth
+            close[t] = (depth == m) | (depth == length - t) | ((depth > 0) & wants_close[t])
+            depth += 1 - 2 * close[t]
+        out = np.where(before == 0, from_empty, from_nonempty)
+        out[close] = self._matching_opens(out, before, ~close, close)[close] + k
+        return np.ascontiguousarray(out.T)
+
+    def _matching_opens(self, tokens: np.ndarray, before: np.ndarray, opens: np.ndarray,
+                        closes: np.ndarray) -> np.ndarray:
+        """[T, n]: at each close, the token of the last open made at the level it closes (-1 where there is none)."""
+        steps = np.arange(len(tokens))[:, None]
+        columns = np.arange(tokens.shape[1])[None, :]
+        matched = np.full(tokens.shape, -1, dtype=np.int64)
+        for level in range(self.depth):
+            last = np.maximum.accumulate(np.where(opens & (before == level), steps, -1), axis=0)
+            at = closes & (before == level + 1) & (last >= 0)
+            matched[at] = tokens[np.maximum(last, 0), columns][at]
+        return matched
 
     def corrupt(self, strings: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """App. H.1 negatives: corrupt c ~ U[1, N/10] positions, redone until the string leaves the language."""
@@ -161,22 +180,16 @@ class Dyck(Task):
         return np.where(chosen, np.where(swap & (k > 1), swapped, flipped), strings)
 
     def member(self, strings: np.ndarray) -> np.ndarray:
-        """Vectorised Dyck-(k, m) membership (the stack automaton run over a batch)."""
-        n, _ = strings.shape
+        """Vectorised Dyck-(k, m) membership: depths within [0, m] ending at 0, and each close of its open's type."""
         k, m = self.types, self.depth
-        stack = np.zeros((n, m + 1), dtype=np.int64)
-        depth = np.zeros(n, dtype=np.int64)
-        alive = np.ones(n, dtype=bool)
-        rows = np.arange(n)
-        for token in strings.T:
-            opens = token < k
-            top = stack[rows, np.maximum(depth - 1, 0)]
-            alive &= opens | ((depth > 0) & (top == token - k))
-            push = opens & alive
-            stack[rows[push], np.minimum(depth[push], m)] = token[push]
-            depth = np.where(alive, depth + np.where(opens, 1, -1), depth)
-            alive &= depth <= m
-        return alive & (depth == 0)
+        tokens = strings.T
+        opens = tokens < k
+        after = np.cumsum(np.where(opens, 1, -1), axis=0)
+        before = after - np.where(opens, 1, -1)
+        inside = (after.min(0) >= 0) & (after.max(0) <= m) & (after[-1] == 0)
+        closes = ~opens
+        matched = self._matching_opens(tokens, before, opens, closes)
+        return inside & ~(closes & (matched != tokens - k)).any(0)
 
     def reference_answer(self, inputs: Sequence[int]) -> list[int]:
         string = [t for t in inputs if t < 2 * self.types]

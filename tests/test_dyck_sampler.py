@@ -1,0 +1,48 @@
+"""The vectorised Dyck sampler and membership check against a plain stack walk over the same draws."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sepbench.tasks import build_task
+from sepbench.tasks.dyck import is_dyck
+
+
+def stack_walk(n: int, length: int, types: int, depth: int, rng: np.random.Generator) -> np.ndarray:
+    """App. H.1's walk one string at a time, on the draws the sampler makes (per step: an open, an open-or-close)."""
+    draws = [(rng.integers(0, types, size=n), rng.integers(0, types + 1, size=n)) for _ in range(length)]
+    out = np.empty((n, length), dtype=np.int64)
+    for row in range(n):
+        stack: list[int] = []
+        for t, (from_empty, from_nonempty) in enumerate(draws):
+            choice = from_empty[row] if not stack else from_nonempty[row]
+            if len(stack) == depth or len(stack) == length - t or (stack and choice == types):
+                out[row, t] = stack.pop() + types
+            else:
+                stack.append(int(choice))
+                out[row, t] = choice
+    return out
+
+
+@pytest.mark.parametrize("types, depth, length", [(2, 2, 200), (3, 4, 30), (1, 1, 12), (4, 6, 64)])
+def test_positives_are_the_stack_walk_of_the_same_draws(types, depth, length):
+    task = build_task("dyck", length, {"types": types, "depth": depth})
+    sampled = task.positives(300, length, np.random.default_rng(7))
+    assert np.array_equal(sampled, stack_walk(300, length, types, depth, np.random.default_rng(7)))
+    assert all(is_dyck(list(s), types, depth) for s in sampled)
+
+
+@pytest.mark.parametrize("types, depth, length", [(2, 2, 40), (3, 4, 30), (1, 1, 12), (2, 3, 16)])
+def test_membership_is_the_stack_check(types, depth, length):
+    task = build_task("dyck", length, {"types": types, "depth": depth})
+    rng = np.random.default_rng(3)
+    positives = task.positives(2000, length, rng)
+    strings = np.concatenate([
+        positives,
+        task._corrupt_once(positives, rng),
+        rng.integers(0, 2 * types, size=(4000, length)),  # mostly unbalanced or too deep
+        np.where(rng.random((500, length)) < 0.02, task.true_id, positives[:500]),  # label tokens inside
+    ])
+    expected = np.array([is_dyck(list(s), types, depth) for s in strings])
+    assert np.array_equal(task.member(strings), expected)
+    assert expected[:2000].all() and not expected[2000:].all()
