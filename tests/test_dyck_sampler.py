@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from sepbench.tasks import build_task
 from sepbench.tasks.dyck import is_dyck
@@ -46,3 +47,18 @@ def test_membership_is_the_stack_check(types, depth, length):
     expected = np.array([is_dyck(list(s), types, depth) for s in strings])
     assert np.array_equal(task.member(strings), expected)
     assert expected[:2000].all() and not expected[2000:].all()
+
+
+@pytest.mark.parametrize("name, length, options", [("dyck", 40, {}), ("dyck", 30, {"types": 3, "depth": 4}),
+                                                   ("index_lookup", 20, {})])
+def test_streams_sampled_together_are_each_streams_own_batches(name, length, options):
+    task = build_task(name, length, options)
+    together = [np.random.default_rng(seed) for seed in range(5)]
+    alone = [np.random.default_rng(seed) for seed in range(5)]
+    for _ in range(3):
+        batches = task.sample_train_streams(64, together)
+        for batch, rng in zip(batches, alone):
+            own = task.sample_train(64, rng)
+            assert all(torch.equal(a, b) for a, b in [(batch.inputs, own.inputs), (batch.targets, own.targets),
+                                                      (batch.mask, own.mask)])
+    assert not torch.equal(batches[0].inputs, batches[1].inputs)

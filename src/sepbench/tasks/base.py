@@ -80,6 +80,10 @@ class Task(ABC):
     def sample_train(self, n: int, rng: np.random.Generator) -> Batch:
         """A training batch, lengths drawn as the task's paper prescribes."""
 
+    def sample_train_streams(self, n: int, rngs: Sequence[np.random.Generator]) -> list[Batch]:
+        """One training batch from each stream, as ``sample_train`` on each would give (stacked runs' data)."""
+        return [self.sample_train(n, rng) for rng in rngs]
+
     @abstractmethod
     def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
         """An evaluation batch at size exactly ``length`` (default N)."""

@@ -106,43 +106,53 @@ class Dyck(Task):
     def sample_train(self, n: int, rng: np.random.Generator) -> Batch:
         return self.sample_eval(n, rng, self.length)
 
+    def sample_train_streams(self, n: int, rngs: Sequence[np.random.Generator]) -> list[Batch]:
+        return self._sample_streams(n, rngs, self.length)
+
     def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
         length = length or self.length
         if length % 2:
             raise ValueError(f"dyck strings have even length; cannot evaluate at {length}")
-        strings = self.positives(n, length, rng)
-        labels = rng.random(n) < 0.5
-        negative = np.flatnonzero(~labels)
-        strings[negative] = self.corrupt(strings[negative], rng)
+        return self._sample_streams(n, [rng], length)[0]
+
+    def _sample_streams(self, n: int, rngs: Sequence[np.random.Generator], length: int) -> list[Batch]:
+        """A batch from each stream, walked and checked together; each stream draws what it would draw alone."""
+        strings = self._positive_streams(n, length, rngs)
+        labels = np.stack([rng.random(n) < 0.5 for rng in rngs])
+        strings = self._corrupt_streams(strings, ~labels, rngs)
         targets = np.zeros_like(strings)
-        targets[:, -1] = np.where(labels, self.true_id, self.false_id)
+        targets[:, :, -1] = np.where(labels, self.true_id, self.false_id)
         mask = np.zeros(strings.shape, dtype=bool)
-        mask[:, -1] = True
-        return Batch.from_numpy(strings, targets, mask)
+        mask[:, :, -1] = True
+        return [Batch.from_numpy(*parts) for parts in zip(strings, targets, mask)]
 
     def positives(self, n: int, length: int, rng: np.random.Generator) -> np.ndarray:
-        """The depth-capped random stack walk of App. H.1, vectorised over ``n`` strings.
+        """The depth-capped random stack walk of App. H.1, vectorised over ``n`` strings."""
+        return self._positive_streams(n, length, [rng])[0]
 
-        Each step draws an open for the empty stack and an open-or-close for the others, whatever the state, so the
-        walk's depths come first, from the draws alone, and each close then takes the type of the last open at its
-        level."""
+    def _positive_streams(self, n: int, length: int, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        """[streams, n, length] walks. Each step draws an open for the empty stack and an open-or-close for the
+        others, whatever the state, so the walks' depths come first, from the draws alone, and each close then
+        takes the type of the last open at its level."""
         k, m = self.types, self.depth
-        from_empty = np.empty((length, n), dtype=np.int64)
-        from_nonempty = np.empty((length, n), dtype=np.int64)
+        width = n * len(rngs)
+        from_empty = np.empty((length, width), dtype=np.int64)
+        from_nonempty = np.empty((length, width), dtype=np.int64)
         for t in range(length):
-            from_empty[t] = rng.integers(0, k, size=n)
-            from_nonempty[t] = rng.integers(0, k + 1, size=n)
-        before = np.empty((length, n), dtype=np.int64)
-        close = np.empty((length, n), dtype=bool)
+            for j, rng in enumerate(rngs):
+                from_empty[t, j * n:(j + 1) * n] = rng.integers(0, k, size=n)
+                from_nonempty[t, j * n:(j + 1) * n] = rng.integers(0, k + 1, size=n)
+        before = np.empty((length, width), dtype=np.int64)
+        close = np.empty((length, width), dtype=bool)
         wants_close = from_nonempty == k
-        depth = np.zeros(n, dtype=np.int64)
+        depth = np.zeros(width, dtype=np.int64)
         for t in range(length):
             before[t] = depth
             close[t] = (depth == m) | (depth == length - t) | ((depth > 0) & wants_close[t])
             depth += 1 - 2 * close[t]
         out = np.where(before == 0, from_empty, from_nonempty)
         out[close] = self._matching_opens(out, before, ~close, close)[close] + k
-        return np.ascontiguousarray(out.T)
+        return np.ascontiguousarray(out.T).reshape(len(rngs), n, length)
 
     def _matching_opens(self, tokens: np.ndarray, before: np.ndarray, opens: np.ndarray,
                         closes: np.ndarray) -> np.ndarray:
@@ -158,11 +168,18 @@ class Dyck(Task):
 
     def corrupt(self, strings: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """App. H.1 negatives: corrupt c ~ U[1, N/10] positions, redone until the string leaves the language."""
+        return self._corrupt_streams(strings[None], np.ones((1, len(strings)), dtype=bool), [rng])[0]
+
+    def _corrupt_streams(self, strings: np.ndarray, chosen: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+        """``corrupt`` of each stream's ``chosen`` rows [streams, n], their membership checked together."""
         result = strings.copy()
-        todo = np.arange(len(strings))
-        while todo.size:
-            result[todo] = self._corrupt_once(strings[todo], rng)
-            todo = todo[self.member(result[todo])]
+        todo = [np.flatnonzero(rows) for rows in chosen]
+        while any(rows.size for rows in todo):
+            for j, rng in enumerate(rngs):
+                if todo[j].size:
+                    result[j, todo[j]] = self._corrupt_once(strings[j, todo[j]], rng)
+            still = self.member(np.concatenate([result[j, rows] for j, rows in enumerate(todo)]))
+            todo = [rows[kept] for rows, kept in zip(todo, np.split(still, np.cumsum([r.size for r in todo])[:-1]))]
         return result
 
     def _corrupt_once(self, strings: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -158,6 +158,13 @@ def _pad(batches: list[Batch]) -> Batch:
                  torch.stack([pad(b.mask, False) for b in batches]))
 
 
+def next_batches(trainers: list[Trainer]) -> list[Batch]:
+    """Each member's next batch, as its own ``next_batch`` gives it; fresh samples are drawn together."""
+    if all(t.fresh_data() for t in trainers):
+        return trainers[0].task.sample_train_streams(trainers[0].config.train.batch_size, [t.train_rng for t in trainers])
+    return [t.next_batch() for t in trainers]
+
+
 def stacked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     """Each member's ``masked_loss`` [K]: cross-entropy averaged over its scored positions (only those computed)."""
     ce = F.cross_entropy(logits[batch.mask], batch.targets[batch.mask], reduction="none")
@@ -341,7 +348,7 @@ class _GroupRun:
             if not self.active:
                 break
             self._checkpoint(step - 1, time.perf_counter() - start)
-            batch = _pad([self.members[i].trainer.next_batch() for i in self.active]).to(self.device)
+            batch = _pad(next_batches([self.members[i].trainer for i in self.active])).to(self.device)
             params = dict(zip(self.names, self.params))
             losses = stacked_loss(self.forward(params, self.buffers, batch.inputs), batch)
             finite = torch.isfinite(losses)

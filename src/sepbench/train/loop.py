@@ -166,6 +166,10 @@ class Trainer:
         used = int(mask.any(dim=0).nonzero().max()) + 1 if mask.any() else mask.shape[1]
         return Batch(self.fixed.inputs[rows, :used], self.fixed.targets[rows, :used], mask[:, :used])
 
+    def fresh_data(self) -> bool:
+        """Whether each batch is newly sampled (no fixed training set)."""
+        return self.fixed is None and self.fixed_rows is None
+
     def evaluate(self, full: bool = False) -> dict[str, float]:
         """Metrics on every evaluation set, under ``train.eval_budget`` unless ``full``."""
         return self.assess(full).metrics
