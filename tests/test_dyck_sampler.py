@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from sepbench.tasks import build_task
-from sepbench.tasks.dyck import is_dyck
+from sepbench.conformance import tasks as conformance
+from sepbench.tasks.dyck import Dyck, is_dyck
 
 
 def stack_walk(n: int, length: int, types: int, depth: int, rng: np.random.Generator) -> np.ndarray:
@@ -52,13 +52,14 @@ def test_membership_is_the_stack_check(types, depth, length):
 @pytest.mark.parametrize("name, length, options", [("dyck", 40, {}), ("dyck", 30, {"types": 3, "depth": 4}),
                                                    ("index_lookup", 20, {})])
 def test_streams_sampled_together_are_each_streams_own_batches(name, length, options):
-    task = build_task(name, length, options)
-    together = [np.random.default_rng(seed) for seed in range(5)]
-    alone = [np.random.default_rng(seed) for seed in range(5)]
-    for _ in range(3):
-        batches = task.sample_train_streams(64, together)
-        for batch, rng in zip(batches, alone):
-            own = task.sample_train(64, rng)
-            assert all(torch.equal(a, b) for a, b in [(batch.inputs, own.inputs), (batch.targets, own.targets),
-                                                      (batch.mask, own.mask)])
-    assert not torch.equal(batches[0].inputs, batches[1].inputs)
+    outcome = conformance.streams_as_alone(build_task(name, length, options))
+    assert outcome.status == "pass", outcome.detail
+
+
+def test_streams_that_differ_from_alone_fail_the_check():
+    class Shuffled(Dyck):
+        def sample_train_streams(self, n, rngs):
+            return super().sample_train_streams(n, rngs)[::-1]
+
+    outcome = conformance.streams_as_alone(Shuffled(20))
+    assert outcome.failed and "differs from the one it draws alone" in outcome.detail

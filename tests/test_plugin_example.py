@@ -46,7 +46,7 @@ def test_by_import_path_checked_swept_on_two_workers_and_placed(tmp_path, monkey
     mixer = runner.invoke(app, ["check-plugin", MIXER, "--learn-steps", "400"])
     assert mixer.exit_code == 0 and "8 passed, 0 failed, 0 absent" in mixer.stdout, mixer.output
     task = runner.invoke(app, ["check-plugin", TASK, "--length", "20", "--samples", "500"])
-    assert task.exit_code == 0 and "4 passed, 0 failed, 0 absent" in task.stdout, task.output
+    assert task.exit_code == 0 and "5 passed, 0 failed, 0 absent" in task.stdout, task.output
 
     swept = runner.invoke(app, ["sweep", str(tiny_spec(tmp_path, MIXER, TASK)), "--workers", "2"])
     assert swept.exit_code == 0, swept.output
@@ -99,7 +99,7 @@ def test_installed_by_entry_points_in_a_venv(example_venv, tmp_path):
     sepbench = [example_venv / "bin" / "python", "-m", "sepbench"]
     listed = run(*sepbench, "models", cwd=tmp_path).stdout
     assert "sliding_window" in listed and "sepbench-window" in listed
-    assert "4 passed, 0 failed" in run(*sepbench, "check-plugin", "lag_lookup", "--length", "20", "--samples", "200",
+    assert "5 passed, 0 failed" in run(*sepbench, "check-plugin", "lag_lookup", "--length", "20", "--samples", "200",
                                        cwd=tmp_path).stdout
     swept = run(*sepbench, "sweep", tiny_spec(tmp_path, "sliding_window", "lag_lookup"), "--workers", "2",
                 "--store", "runs.db", cwd=tmp_path)

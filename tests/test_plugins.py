@@ -181,7 +181,7 @@ def test_check_plugin_fails_a_mixer_that_sees_the_future(plugin):
 
 def test_check_plugin_checks_tasks(plugin):
     good = check_plugin(f"{plugin}:RenamedLookup", "--samples", "200")
-    assert good.exit_code == 0 and "4 passed, 0 failed" in good.stdout, good.output
+    assert good.exit_code == 0 and "5 passed, 0 failed" in good.stdout, good.output
     wrong = check_plugin(f"{plugin}:OffByOneLookup", "--samples", "200")
     assert wrong.exit_code == 1
     row = next(line for line in wrong.stdout.splitlines() if "samples pass the checker" in line)

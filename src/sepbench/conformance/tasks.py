@@ -1,5 +1,5 @@
 """The task contract: sampled batches are well formed and pass the task's own plain-Python checker, the checker
-rejects a changed target, and the same seed draws the same data."""
+rejects a changed target, the same seed draws the same data, and streams sampled together draw what each would alone."""
 from __future__ import annotations
 
 import numpy as np
@@ -77,6 +77,23 @@ def same_seed_same_data(task: Task, samples: int = 300) -> Check:
     return run_check("same seed, same data", body)
 
 
+def streams_as_alone(task: Task, samples: int = 64, streams: int = 4) -> Check:
+    """``sample_train_streams`` gives each generator the batches ``sample_train`` alone gives it (stacked runs)."""
+    def body() -> str:
+        together = [np.random.default_rng(seed) for seed in range(streams)]
+        alone = [np.random.default_rng(seed) for seed in range(streams)]
+        for step in range(2):
+            batches = task.sample_train_streams(samples, together)
+            assert len(batches) == streams, f"{len(batches)} batches for {streams} streams"
+            for k, (batch, rng) in enumerate(zip(batches, alone)):
+                own = task.sample_train(samples, rng)
+                same = all(torch.equal(getattr(batch, f), getattr(own, f)) for f in ("inputs", "targets", "mask"))
+                assert same, f"stream {k}'s batch {step + 1} differs from the one it draws alone"
+        return f"{streams} streams, 2 batches each, as alone"
+
+    return run_check("streams together, as alone", body)
+
+
 def all_checks(name: str, length: int, samples: int = 2000) -> list[Check]:
     """Every check of the task ``name`` (a registered name or a plugin) at size ``length``; the others only once it
     builds."""
@@ -92,4 +109,5 @@ def all_checks(name: str, length: int, samples: int = 2000) -> list[Check]:
     if first.failed:
         return [first]
     task = built[0]
-    return [first, samples_pass_checker(task, samples), checker_rejects_changed_target(task), same_seed_same_data(task)]
+    return [first, samples_pass_checker(task, samples), checker_rejects_changed_target(task), same_seed_same_data(task),
+            streams_as_alone(task)]
