@@ -49,13 +49,6 @@ def test_membership_is_the_stack_check(types, depth, length):
     assert expected[:2000].all() and not expected[2000:].all()
 
 
-@pytest.mark.parametrize("name, length, options", [("dyck", 40, {}), ("dyck", 30, {"types": 3, "depth": 4}),
-                                                   ("index_lookup", 20, {})])
-def test_streams_sampled_together_are_each_streams_own_batches(name, length, options):
-    outcome = conformance.streams_as_alone(build_task(name, length, options))
-    assert outcome.status == "pass", outcome.detail
-
-
 def test_streams_that_differ_from_alone_fail_the_check():
     class Shuffled(Dyck):
         def sample_train_streams(self, n, rngs):

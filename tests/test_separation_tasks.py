@@ -34,6 +34,12 @@ def test_same_seed_same_data(name, length, options):
     assert outcome.status == "pass", outcome.detail
 
 
+@pytest.mark.parametrize("name,length,options", [*CASES[::2], ("index_lookup", 20, {})])
+def test_streams_sampled_together_are_as_alone(name, length, options):
+    outcome = tasks.streams_as_alone(build_task(name, length, options))
+    assert outcome.status == "pass", outcome.detail
+
+
 def test_dyck_counts_and_dfa_follow_lemma_1():
     assert all(count_dyck(n) == 2 ** (n - 1) for n in range(2, 41, 2))
     assert all(count_dyck(n) == 0 for n in range(1, 40, 2))
