@@ -69,6 +69,10 @@ def main() -> None:
 
     train_group(configs(2, 3, args.width, device))
     fresh, streams_ok = Trainer.next_batch, Trainer.fresh_data
+
+    def group_seconds(steps: int) -> tuple[float, float]:
+        return timed(synced(lambda: train_group(configs(args.members, steps, args.width, device)), device), args.repeats)
+
     for tf32 in ([False, True] if device == "cuda" else [False]):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
         for drawn in (True, False):
@@ -76,8 +80,7 @@ def main() -> None:
             if not drawn:
                 Trainer.next_batch = lambda self: first.setdefault(id(self), fresh(self))
                 Trainer.fresh_data = lambda self: False  # every member through its own next_batch
-            long = timed(synced(lambda: train_group(configs(args.members, args.steps, args.width, device)), device), args.repeats)
-            short = timed(synced(lambda: train_group(configs(args.members, 2, args.width, device)), device), args.repeats)
+            long, short = group_seconds(args.steps), group_seconds(2)
             Trainer.next_batch, Trainer.fresh_data = fresh, streams_ok
             per = [1e3 * (a - b) / (args.steps - 2) for a, b in zip(long, short)]
             print(f"group step, {'fresh batches' if drawn else 'first batches reused'}"

@@ -170,7 +170,8 @@ class Dyck(Task):
         """App. H.1 negatives: corrupt c ~ U[1, N/10] positions, redone until the string leaves the language."""
         return self._corrupt_streams(strings[None], np.ones((1, len(strings)), dtype=bool), [rng])[0]
 
-    def _corrupt_streams(self, strings: np.ndarray, chosen: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    def _corrupt_streams(self, strings: np.ndarray, chosen: np.ndarray,
+                         rngs: Sequence[np.random.Generator]) -> np.ndarray:
         """``corrupt`` of each stream's ``chosen`` rows [streams, n], their membership checked together."""
         result = strings.copy()
         todo = [np.flatnonzero(rows) for rows in chosen]

@@ -161,7 +161,8 @@ def _pad(batches: list[Batch]) -> Batch:
 def next_batches(trainers: list[Trainer]) -> list[Batch]:
     """Each member's next batch, as its own ``next_batch`` gives it; fresh samples are drawn together."""
     if all(t.fresh_data() for t in trainers):
-        return trainers[0].task.sample_train_streams(trainers[0].config.train.batch_size, [t.train_rng for t in trainers])
+        first = trainers[0]
+        return first.task.sample_train_streams(first.config.train.batch_size, [t.train_rng for t in trainers])
     return [t.next_batch() for t in trainers]
 
 
