@@ -55,6 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.members, args.width, args.steps = 4, 64, 6
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine has no CUDA device; allowed here: auto, cpu")
     torch.set_num_threads(1)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     print(f"{device} ({torch.cuda.get_device_name() if device == 'cuda' else 'one thread'}), torch {torch.__version__}, "
