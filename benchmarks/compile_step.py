@@ -1,7 +1,7 @@
 """``torch.compile`` on a Transformer training step on CPU: is it worth it over a 2000-step run?
 
-Run: ``PYTHONPATH=src python benchmarks/compile_step.py [--lengths 20,100,400] [--steps 2000]``. For each length
-it times eager and compiled steps (forward, backward, Adam) side by side, the compile time (the first compiled
+Run: ``PYTHONPATH=src python benchmarks/compile_step.py [--lengths 20,100,400] [--steps 2000] [--quick]``.
+For each length it times eager and compiled steps (forward, backward, Adam) side by side, the compile time (the first compiled
 step less an eager step), and counts the recompiles when the same compiled model meets another sequence length;
 then prints what a ``steps``-step run costs either way. One intra-op thread.
 """
@@ -39,7 +39,10 @@ def main() -> None:
     parser.add_argument("--lengths", default="20,100,400")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="length 20 only, 3 repeats, recompiles at 20 and 21")
     args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.repeats = "20", 3
     torch.set_num_threads(1)
     print(f"transformer-(1, 64), batch {BATCH}, torch {torch.__version__}, {torch.get_num_threads()} thread")
     print(f"{'T':>5}{'eager ms':>16}{'compiled ms':>16}{'speed-up':>10}{'compile s':>11}"
@@ -70,7 +73,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = build_model(ModelConfig(name="transformer", layers=1, width=64), VOCAB, 400)
     forward = torch.compile(model)
-    lengths = [20, 21, 100, 400]
+    lengths = [20, 21] if args.quick else [20, 21, 100, 400]
     compiles = []
     for length in lengths:
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]

@@ -92,7 +92,12 @@ def best(runs: dict[float, list[RunResult]], lrs: list[float]) -> tuple[float, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, default=Path("halving_grid.db"))
-    store = Store(parser.parse_args().store)
+    parser.add_argument("--quick", action="store_true", help="skip: the grids take 15-25 min to train")
+    args = parser.parse_args()
+    if args.quick:
+        print("halving_variants: no quick form (its four grids train 15-25 min); skipped under --quick")
+        return
+    store = Store(args.store)
     torch.set_num_threads(1)
     grids = {}
     for cell in CELLS:
