@@ -1,9 +1,9 @@
 """``torch.compile`` on a Transformer training step on CPU: is it worth it over a 2000-step run?
 
 Run: ``PYTHONPATH=src python benchmarks/compile_step.py [--lengths 20,100,400] [--steps 2000] [--quick]``.
-For each length it times eager and compiled steps (forward, backward, Adam) side by side, the compile time (the first compiled
-step less an eager step), and counts the recompiles when the same compiled model meets another sequence length;
-then prints what a ``steps``-step run costs either way. One intra-op thread.
+For each length it times eager and compiled steps (forward, backward, Adam) side by side, the compile time (the
+first compiled step less an eager step), and counts the recompiles when the same compiled model meets another
+sequence length; then prints what a ``steps``-step run costs either way. One intra-op thread.
 """
 from __future__ import annotations
 
