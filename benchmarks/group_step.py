@@ -55,6 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.members, args.width, args.steps = 4, 64, 6
+    if args.steps < 3:
+        parser.error(f"--steps {args.steps}: a step's time is --steps steps less 2; allowed: 3 or more")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this machine has no CUDA device; allowed here: auto, cpu")
     torch.set_num_threads(1)
@@ -78,9 +80,9 @@ def main() -> None:
     for tf32 in ([False, True] if device == "cuda" else [False]):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
         for drawn in (True, False):
-            first: dict[int, object] = {}
+            first: dict[Trainer, object] = {}
             if not drawn:
-                Trainer.next_batch = lambda self: first.setdefault(id(self), fresh(self))
+                Trainer.next_batch = lambda self: first[self] if self in first else first.setdefault(self, fresh(self))
                 Trainer.fresh_data = lambda self: False  # every member through its own next_batch
             long, short = group_seconds(args.steps), group_seconds(2)
             Trainer.next_batch, Trainer.fresh_data = fresh, streams_ok

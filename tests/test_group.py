@@ -11,10 +11,11 @@ LOSS_RTOL = 1e-5  # relative, every evaluated loss of the curve; measured worst 
 EVAL_SAMPLES = 100
 
 
-def config(name: str, seed: int, lr: float, device: str = "cpu", **train_overrides) -> RunConfig:
+def config(name: str, seed: int, lr: float, device: str = "cpu", task: dict | None = None,
+           **train_overrides) -> RunConfig:
     model = {"name": name, "width": 16} | ({} if name == "lstm" else {"heads": 2})
     return RunConfig.build({
-        "task": {"name": "index_lookup", "length": 12},
+        "task": task or {"name": "index_lookup", "length": 12},
         "model": model,
         "train": {"steps": 50, "eval_every": 10, "eval_samples": EVAL_SAMPLES, "batch_size": 16, "warmup_steps": 5,
                   "lr": lr, **train_overrides},
@@ -44,6 +45,14 @@ def test_each_member_matches_its_solo_run(name):
         assert_same_run(g, train(cfg, progress=False))
     assert len({g.curve[-1].loss for g in grouped}) == 3  # the members really are different runs
     assert all(g.cpu_seconds is None for g in grouped)  # members share one process: not split among them
+
+
+def test_members_of_a_task_that_draws_streams_together_match_their_solo_runs():
+    """Dyck draws the members' batches in one walk (``sample_train_streams``); each member still trains as alone."""
+    configs = [config("transformer", seed, lr, task={"name": "dyck", "length": 20}, steps=30)
+               for seed, lr in ((0, 1e-3), (1, 3e-3), (2, 1e-2))]
+    for g, cfg in zip(train_group(configs), configs):
+        assert_same_run(g, train(cfg, progress=False))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -107,7 +107,7 @@ class Dyck(Task):
         return self.sample_eval(n, rng, self.length)
 
     def sample_train_streams(self, n: int, rngs: Sequence[np.random.Generator]) -> list[Batch]:
-        return self._sample_streams(n, rngs, self.length)
+        return self._sample_streams(n, rngs, self.length) if rngs else []
 
     def sample_eval(self, n: int, rng: np.random.Generator, length: int | None = None) -> Batch:
         length = length or self.length
@@ -200,6 +200,8 @@ class Dyck(Task):
     def member(self, strings: np.ndarray) -> np.ndarray:
         """Vectorised Dyck-(k, m) membership: depths within [0, m] ending at 0, and each close of its open's type."""
         k, m = self.types, self.depth
+        if strings.shape[1] == 0:
+            return np.ones(len(strings), dtype=bool)
         tokens = strings.T
         opens = tokens < k
         after = np.cumsum(np.where(opens, 1, -1), axis=0)
