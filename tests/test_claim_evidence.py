@@ -17,12 +17,12 @@ CLAIM = "mamba-wide-vs-transformer"
 
 
 def _store(path, transformer_accuracy: float) -> Store:
-    """The claim's quick runs, stored with a short curve each: TF-(1, 64) at ``transformer_accuracy``, Mamba 0.3."""
+    """The claim's quick runs, stored with a flat curve each: TF-(1, 64) at ``transformer_accuracy``, Mamba 0.3."""
     (claim,) = select(None, CLAIM)
     store = Store(path)
     for cfg in claim.configs("quick"):
         acc = transformer_accuracy if cfg.model.name == "transformer" else 0.3
-        curve = [EvalPoint(step=cfg.train.steps, loss=1.0 - acc, accuracy=acc, seconds=1.0)]
+        curve = [EvalPoint(step=cfg.train.steps * k // 3, loss=1.0 - acc, accuracy=acc, seconds=1.0) for k in (1, 2, 3)]
         store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
                             curve=curve, steps=cfg.train.steps, wall_seconds=1.0, code_version="abc"))
     return store
@@ -82,6 +82,20 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and not (tmp_path / "none.db").exists()
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--set", "train.steps=3"])
     assert mixed.exit_code == 2 and "--evidence judges the shipped runs as they are" in mixed.stderr
+
+
+def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shipped = Path(__file__).resolve().parents[1] / "evidence"
+    found = runner.invoke(app, ["reproduce", "--claim", "bound-8k", "--evidence"], terminal_width=300)
+    assert found.exit_code == 0 and f"in {shipped / 'quick'}" in found.stdout, found.output
+    assert "bound-8k: reproduced" in found.stdout
+    for flag in ("--evidence", "--resume-evidence"):
+        missing = runner.invoke(app, ["reproduce", "--claim", CLAIM, flag, "--evidence-dir", str(tmp_path / "typo"),
+                                      "--store", str(tmp_path / "s.db")])
+        assert missing.exit_code == 2 and missing.stderr.strip().count("\n") == 0, missing.output
+        assert f"evidence folder {tmp_path / 'typo'} does not exist" in missing.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_the_shipped_evidence_covers_every_theory_claim_and_names_its_code():

@@ -52,7 +52,8 @@ def test_trend_on_stored_curves(tmp_path):
 
 
 @pytest.mark.parametrize("curve, verdict", [(RISING, INCONCLUSIVE), (FLAT, NOT_REPRODUCED),
-                                            (NOISY_FLAT, NOT_REPRODUCED), ("diverged", INCONCLUSIVE)])
+                                            (NOISY_FLAT, NOT_REPRODUCED), ("diverged", INCONCLUSIVE),
+                                            (FLAT[-2:], INCONCLUSIVE)])
 def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve, verdict):
     def make(cfg):
         if cfg.model.name == "lstm":
@@ -70,6 +71,9 @@ def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve,
         assert any("0.95 needs ~1,875 steps" in r for r in deep.reasons), deep.reasons
     if curve == "diverged":
         assert any("diverged" in r for r in deep.reasons) and label == INCONCLUSIVE
+    if curve == FLAT[-2:]:  # a smoke test's budget: two evaluations cannot show a plateau
+        assert label == "inconclusive: too few evaluations to tell whether the runs stopped learning"
+        assert any("2 evaluations in 1500 steps, at least 3 needed" in r for r in deep.reasons), deep.reasons
 
 
 def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp_path):
@@ -198,7 +202,9 @@ def test_growth_order_compares_growth_factors_across_tasks(tmp_path, lis_large, 
 
     def make(cfg):
         solved = cfg.model.width >= need.get((cfg.task.name, cfg.task.length), 999)
-        return _run(cfg, [(2000, 0.95 if solved else 0.3, 0.5)], status="solved" if solved else "completed")
+        if solved:
+            return _run(cfg, [(2000, 0.95, 0.5)], status="solved")
+        return _run(cfg, [(s, 0.3, 0.5) for s in (500, 1000, 1500, 2000)])
 
     _, (order,) = _evaluate(tmp_path, "yang-locality-order", make)
     assert order.verdict == verdict, order.evidence + order.reasons

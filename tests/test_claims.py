@@ -82,8 +82,10 @@ def _plain_run(cfg, accuracy):
     acc = accuracy(cfg)
     if acc is None:
         return None
+    steps = cfg.train.steps
+    plateau = [EvalPoint(step=steps * k // 4, accuracy=acc, loss=1.0 - acc, seconds=float(k)) for k in range(1, 5)]
     return RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
-                     steps=cfg.train.steps, wall_seconds=1.0)
+                     curve=plateau, steps=steps, wall_seconds=1.0)
 
 
 def _tf_vs_wide_mamba(tmp_path, accuracy):

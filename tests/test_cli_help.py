@@ -50,3 +50,33 @@ def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout == f"sepbench {sepbench.__version__}\n"
     assert re.fullmatch(r"\d+\.\d+\.\d+", sepbench.__version__)
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["reproduce", "--scale", "huge"], "Invalid value for '--scale'"),
+    (["results", "--format", "xml"], "'xml' is not one of 'table', 'csv', 'json', 'parquet'"),
+    (["run", "--bogus"], "No such option: --bogus"),
+    (["nosuch"], "No such command 'nosuch'"),
+])
+def test_the_console_script_gives_a_bad_option_as_one_line(args, problem, monkeypatch, capsys):
+    from sepbench.cli import main
+
+    monkeypatch.setattr("sys.argv", ["sepbench", *args])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and printed.out == ""
+    assert printed.err.count("\n") == 1 and printed.err.startswith("error: ") and problem in printed.err, printed.err
+    assert "-h` lists what is allowed" in printed.err
+
+
+def test_the_console_script_exits_as_its_command_does(monkeypatch, capsys):
+    from sepbench.cli import main
+
+    for args, code in ((["--version"], 0), (["bounds", "--task", "dyck", "--length", "0"], 2), ([], 2)):
+        monkeypatch.setattr("sys.argv", ["sepbench", *args])
+        with pytest.raises(SystemExit) as stop:
+            main()
+        assert stop.value.code == code, args
+    printed = capsys.readouterr()
+    assert "Usage: " in printed.out and printed.err == "error: --length expects a task size >= 1, got 0\n"

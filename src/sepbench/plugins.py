@@ -62,18 +62,23 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
-def load_import_path(path: str, kind: str = "plugin") -> object:
+def load_import_path(path: str, kind: str = "") -> object:
     """The object ``package.module:Object`` (``Object`` may be dotted) names; a PluginError when it cannot be had."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
-        raise PluginError(f"{kind} plugin '{path}' is not an import path; write package.module:Object")
+        raise PluginError(f"{_plugin(kind, path)} is not an import path; write package.module:Object")
     module = _imported(path, kind, lambda: importlib.import_module(module_name), f"module {module_name}")
     found: object = module
     for part in attribute.split("."):
         if not hasattr(found, part):
-            raise PluginError(f"{kind} plugin '{path}': module {module_name} has no '{attribute}'")
+            raise PluginError(f"{_plugin(kind, path)}: module {module_name} has no '{attribute}'")
         found = getattr(found, part)
     return found
+
+
+def _plugin(kind: str, name: str) -> str:
+    """"model plugin 'x'", or "plugin 'x'" where the kind is not yet known."""
+    return f"{kind} plugin '{name}'" if kind else f"plugin '{name}'"
 
 
 def _imported(name: str, kind: str, load, what: str) -> object:
@@ -82,7 +87,7 @@ def _imported(name: str, kind: str, load, what: str) -> object:
         return load()
     except Exception as error:  # noqa: BLE001 - whatever a plugin's import raises is reported, not propagated
         reason = (str(error).strip().splitlines() or [""])[0]
-        raise PluginError(f"{kind} plugin '{name}': importing {what} failed: {type(error).__name__}: {reason}") from None
+        raise PluginError(f"{_plugin(kind, name)}: importing {what} failed: {type(error).__name__}: {reason}") from None
 
 
 MIXER_PLUGINS = PluginKind("model", "sepbench.mixers", "sepbench.models.mixers.base:Mixer")

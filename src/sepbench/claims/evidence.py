@@ -21,7 +21,22 @@ from sepbench.config import ConfigError
 from sepbench.store import Store
 from sepbench.train.result import RunResult
 
-EVIDENCE_DIR = Path("evidence")
+CHECKOUT_EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
+"""The ``evidence/`` folder of the checkout this sepbench runs from (``src/sepbench/claims/`` lies three below)."""
+
+
+def default_root() -> Path:
+    """The checkout's shipped evidence, wherever the command runs from; an installed copy, without it: ./evidence."""
+    return CHECKOUT_EVIDENCE if CHECKOUT_EVIDENCE.is_dir() else Path("evidence")
+
+
+def require_root(root: Path) -> Path:
+    """``root`` when it is a folder; otherwise a one-line ConfigError naming it and what is allowed."""
+    if not Path(root).is_dir():
+        raise ConfigError(f"evidence folder {root} does not exist; allowed: a folder of <scale>/<claim>.jsonl files, "
+                          f"as `sepbench reproduce --write-evidence` writes them (the default is the checkout's "
+                          f"evidence/: {CHECKOUT_EVIDENCE})")
+    return Path(root)
 
 
 def path_for(root: Path, scale: str, claim_id: str) -> Path:
@@ -43,7 +58,7 @@ def records(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | 
     return found
 
 
-def write(claim: Claim, scale: str, store: Store, root: Path = EVIDENCE_DIR,
+def write(claim: Claim, scale: str, store: Store, root: Path,
           overrides: dict[str, Any] | None = None) -> tuple[Path, int]:
     """Write the claim's evidence to ``root/<scale>/<id>.jsonl`` whole (a partial file, then renamed); returns the
     path and the number of records (none written when the store holds nothing for the claim)."""
@@ -111,8 +126,8 @@ def _put(record: Any, store: Store, where: str, held: dict[str, bool] | None = N
                       f"{{\"kind\": \"check\", \"entry\": ...}}")
 
 
-def unshipped(claim: Claim, scale: str) -> ClaimVerdict:
-    """The verdict of a claim whose evidence is not in the repository: inconclusive, saying so."""
-    reason = f"{NO_EVIDENCE} at the {scale} scale (evidence/{scale}/{claim.id}.jsonl)"
+def unshipped(claim: Claim, scale: str, root: Path) -> ClaimVerdict:
+    """The verdict of a claim whose evidence is not in ``root``: inconclusive, saying so."""
+    reason = f"{NO_EVIDENCE} at the {scale} scale ({path_for(root, scale, claim.id)})"
     return ClaimVerdict(claim, scale, INCONCLUSIVE, [Outcome(c.text, INCONCLUSIVE, reasons=[reason])
                                                      for c in claim.conditions])

@@ -3,8 +3,10 @@
 A run is still learning when, over the last quarter of its steps (at least its last three evaluations), the
 least-squares line through its evaluation points gains more accuracy than the noise of one evaluation (the
 half-width of its stored interval, else a binomial 95% half-width) and than twice the fitted gain's standard
-error; or when its loss falls by more than 1% of its level and twice the fall's standard error. Only runs that used their whole budget have a trend: a run that
-stopped at its threshold is done, and one that did not train (failed, diverged) is a gap, never "not solved".
+error; or when its loss falls by more than 1% of its level and twice the fall's standard error. Only runs that used
+their whole budget have a trend: a run that stopped at its threshold is done, and one that did not train (failed,
+diverged) is a gap, never "not solved". A run that used its budget with fewer than three evaluations (a smoke test's
+``train.steps=20``) cannot show that it stopped learning, so it cannot refute a claim either.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from sepbench.claims.verdicts import STILL_LEARNING, TOO_FEW_EVALUATIONS
 from sepbench.sweep.ties import evaluation_noise
 from sepbench.train.result import RunResult
 
@@ -94,6 +97,11 @@ def trend(result: RunResult) -> Trend | None:
     return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept)
 
 
+def too_few_evaluations(result: RunResult) -> bool:
+    """The run used its whole budget but has fewer than ``MIN_POINTS`` evaluations to fit a trend to."""
+    return result.status == "completed" and sum(math.isfinite(p.accuracy) for p in result.curve) < MIN_POINTS
+
+
 def still_learning(results: Sequence[RunResult]) -> list[tuple[RunResult, Trend]]:
     """The runs among ``results`` that were still learning at their budget, with their trends."""
     found = []
@@ -109,11 +117,23 @@ def learning_reason(results: Sequence[RunResult], target: float | None) -> str |
     most steps to reach ``target`` (without a target, or where no slope rises, the steepest), else None."""
     learning = still_learning(results)
     if not learning:
-        return None
+        return _too_few_reason(results)
     rising = [(r, t) for r, t in learning if target is not None and t.steps_to(target) is not None]
     result, chosen = (max(rising, key=lambda item: item[1].steps_to(target)) if rising
                       else max(learning, key=lambda item: item[1].slope))
     flat = len(learning) - len(rising) if rising else 0
     others = f"; {flat} more with loss falling, accuracy not rising" if flat else ""
-    return (f"still learning at {chosen.budget} steps ({len(learning)} of {len(results)} deciding runs; "
+    return (f"{STILL_LEARNING} {chosen.budget} steps ({len(learning)} of {len(results)} deciding runs; "
             f"seed {result.config.seed}: {chosen.text(target)}{others})")
+
+
+def _too_few_reason(results: Sequence[RunResult]) -> str | None:
+    """'too few evaluations to tell ...' when a deciding run used its budget with too few evaluations, else None."""
+    short = [r for r in results if too_few_evaluations(r)]
+    if not short:
+        return None
+    first = short[0]
+    evaluations = f"{len(first.curve)} evaluation{'s' * (len(first.curve) != 1)}"
+    return (f"{TOO_FEW_EVALUATIONS} whether the runs stopped learning ({len(short)} of {len(results)} deciding runs; "
+            f"seed {first.config.seed}: {evaluations} in {first.steps} steps, at least "
+            f"{MIN_POINTS} needed: train longer or evaluate more often)")

@@ -18,6 +18,7 @@ STILL_LEARNING = "still learning at"
 SEEDS_STRADDLE = "seeds straddle"
 SEARCH_TIE = "the rate search cut"
 NO_EVIDENCE = "no evidence shipped"
+TOO_FEW_EVALUATIONS = "too few evaluations to tell"
 INF = math.inf
 
 
@@ -103,6 +104,8 @@ class ClaimVerdict:
             return f"{INCONCLUSIVE}: {STILL_LEARNING} {'/'.join(budgets)} steps{untried}"
         if tied:
             return f"{INCONCLUSIVE}: {SEARCH_TIE} rates it could not rank"
+        if any(TOO_FEW_EVALUATIONS in reason for o in self.outcomes for reason in o.reasons):
+            return f"{INCONCLUSIVE}: {TOO_FEW_EVALUATIONS} whether the runs stopped learning"
         if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
             return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, their curves flat"
         return self.verdict

@@ -268,7 +268,11 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
 
 
 def _gflops_text(values: Sequence[float]) -> str:
-    finite = [f"{v:.3g}" for v in values if v != INF]
+    """The possible GFLOPs, as ``_widths_text`` gives the widths they come from; a width below the grid (0.0) is
+    "<" the smallest grid width's."""
+    grid = [v for v in values if v not in (INF, BELOW_GRID)]
+    below = f"<{min(grid):.3g}" if grid else "below the grid"
+    finite = [below if v == BELOW_GRID else f"{v:.3g}" for v in values if v != INF]
     text = "|".join(finite)
     if INF in values:
         text = f"{text} or more" if text else "none solved"

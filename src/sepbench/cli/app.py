@@ -104,8 +104,37 @@ def print_whole(table: Table) -> None:
     console.print(table)
 
 
+def _click_errors() -> tuple[type, type, type | None]:
+    """ClickException, UsageError and NoArgsIsHelpError of the click that typer runs on (its own copy in typer
+    0.20 and later, click itself before)."""
+    import sys
+
+    family = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    usage = family["UsageError"]
+    return family["ClickException"], usage, getattr(sys.modules[usage.__module__], "NoArgsIsHelpError", None)
+
+
 def main() -> None:
+    """The console script: the app, with a bad option or command as one line on stderr (not click's usage box)."""
+    import sys
+
+    failure, usage, no_args = _click_errors()
     try:
-        app()
+        code = app(standalone_mode=False)
+    except failure as problem:
+        if no_args is not None and isinstance(problem, no_args):
+            text = problem.ctx.get_help()  # typer's rich help prints itself and returns ""
+            if text:
+                typer.echo(text)
+        elif isinstance(problem, usage):
+            command = problem.ctx.command_path if problem.ctx is not None else "sepbench"
+            warn(f"error: {problem.format_message()} (`{command} -h` lists what is allowed)")
+        else:
+            warn(f"error: {problem.format_message()}")
+        code = problem.exit_code
+    except typer.Abort:
+        warn("aborted")
+        code = 1
     finally:
         gc.freeze()  # the interpreter's last collections would otherwise walk every torch object: ~0.3-1.5 s at exit
+    sys.exit(code if isinstance(code, int) else 0)

@@ -46,8 +46,9 @@ def reproduce(
     tensorboard: Optional[Path] = tensorboard_option(),
     evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
                                   "training nothing; with --store, your stored runs are judged beside it"),
-    evidence_dir: Path = typer.Option(Path("evidence"), "--evidence-dir", help="the evidence folder: "
-                                      "<dir>/<scale>/<claim>.jsonl"),
+    evidence_dir: Optional[Path] = typer.Option(None, "--evidence-dir", help="the evidence folder, "
+                                                "DIR/SCALE/CLAIM.jsonl [default: the evidence/ folder of this "
+                                                "checkout]"),
     write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
                                         "(or check result) to --evidence-dir as JSON lines; on Ctrl-C, the runs "
                                         "finished so far"),
@@ -78,6 +79,7 @@ def reproduce(
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
+        evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence and (overrides or dry_run or write_evidence or settle_ties or resume_evidence):
             raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
                               "--store, --evidence-dir (not --set, --dry-run, --write-evidence, --settle-ties or "
@@ -118,6 +120,14 @@ def reproduce(
     say(f"wrote {page} with {len(verdicts)} figures")
     if write_evidence:
         _write_evidence(claims, scale.value, db, evidence_dir, overrides)
+
+
+def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
+    """``--evidence-dir``, else the checkout's evidence; a folder to read from must exist."""
+    from sepbench.claims import evidence as shipped
+
+    root = given if given is not None else shipped.default_root()
+    return shipped.require_root(root) if must_exist else root
 
 
 def _write_evidence(claims, scale: str, db, evidence_dir: Path, overrides) -> None:

@@ -85,13 +85,19 @@ def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
     return values
 
 
-def parse_lengths(text: str, flag: str = "--eval-lengths") -> list[int]:
-    return parse_ints(text, flag)
+def parse_lengths(text: str, flag: str) -> list[int]:
+    """Comma-separated task sizes, each at least 1."""
+    sizes = parse_ints(text, flag)
+    if any(n < 1 for n in sizes):
+        raise ConfigError(f"{flag} expects task sizes >= 1, got '{text}'")
+    return sizes
 
 
 def given_lengths(length: int | None, lengths: str | None) -> list[int]:
     """``--lengths N1,N2,...`` or ``--length N``; one of them is needed."""
-    sizes = parse_lengths(lengths, "--lengths") if lengths else [length] if length else []
+    if length is not None and length < 1:
+        raise ConfigError(f"--length expects a task size >= 1, got {length}")
+    sizes = parse_lengths(lengths, "--lengths") if lengths else [length] if length is not None else []
     if not sizes:
         raise ConfigError("give --length N or --lengths N1,N2,...")
     return sizes

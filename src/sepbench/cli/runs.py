@@ -57,7 +57,7 @@ def run(
     with bad_input_exits():
         use_folders(data_cache, checkpoints, tensorboard)
         torch.set_num_threads(default_threads(threads))
-        lengths = parse_lengths(eval_lengths) if eval_lengths else None
+        lengths = parse_lengths(eval_lengths, "--eval-lengths") if eval_lengths else None
         flags = {"task.name": task, "model.name": model, "model.layers": layers, "model.width": width,
                  "model.heads": heads, "task.length": length, "task.eval_lengths": lengths, "train.steps": steps,
                  "train.batch_size": batch_size, "train.lr": lr, "seed": seed, "device": device}

@@ -105,6 +105,9 @@ def softmax_vs_linear(
     from sepbench.theory.softmax_vs_linear import figures
 
     with bad_input_exits():
+        known = figures.figure_ids(config_dir or figures.CONFIG_DIR)
+        if figure != "learned" and figure not in known:
+            raise ConfigError(f"unknown figure '{figure}'; allowed: {', '.join(known)} or learned")
         where = _device(device)
         Store(store).check_writable()
         if figure == "learned":

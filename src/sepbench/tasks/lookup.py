@@ -29,7 +29,9 @@ class IndexLookup(Task):
     def __init__(self, length: int, options: dict | None = None) -> None:
         super().__init__(length, options)
         if self.options.min_length > length:
-            raise ValueError(f"min_length {self.options.min_length} exceeds length {length}")
+            raise ValueError(f"options.min_length {self.options.min_length} (the shortest sequence drawn) exceeds "
+                             f"length {length}; allowed: a length >= {self.options.min_length}, or a smaller "
+                             f"task.options.min_length")
         self.alphabet = self.options.alphabet_size
 
     @property
