@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-full clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py --quick
+
+bench-full: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:

@@ -1,6 +1,6 @@
 """Run every benchmark script in this folder, one after another, passing the arguments on (e.g. ``--quick``).
 
-Run: ``python benchmarks/run_all.py [--quick]`` (``make bench`` does this in the project's venv).
+Run: ``python benchmarks/run_all.py [--quick]`` (``make bench`` and ``make bench-full`` do this in the project's venv).
 """
 from __future__ import annotations
 

@@ -60,6 +60,10 @@ def test_yaml_loading(tmp_path):
         load_yaml(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_yaml(tmp_path / "missing.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set\n")
+    with pytest.raises(ConfigError, match="is empty; allowed: a YAML mapping"):
+        load_yaml(empty)
 
 
 def test_a_cuda_ordinal_past_the_machines_devices_is_refused_in_one_line(monkeypatch):

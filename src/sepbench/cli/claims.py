@@ -27,9 +27,10 @@ class ClaimScale(str, Enum):
 def reproduce(
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
     claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
-    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, about an hour per claim "
-                                     "on 2 CPU cores), cpu (the lengths the papers name, <= 6 core-hours per claim) "
-                                     "or paper (the paper's protocol)"),
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, minutes to an hour or two "
+                                     "per claim on 2 CPU cores), cpu (the lengths the papers name, searches sized "
+                                     "for one CPU core; --dry-run prices each claim) or paper (the paper's "
+                                     "protocol)"),
     store: Optional[Path] = store_option(),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),

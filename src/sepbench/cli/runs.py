@@ -13,21 +13,27 @@ from sepbench.cli.app import BAD_INPUT, bad_input_exits, interrupted, out, warn
 from sepbench.cli.options import (
     build_run_config, checkpoints_option, data_cache_option, parse_lengths, store_option, tensorboard_option, use_folders,
 )
+from sepbench.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+
+
+def _default(section: type, field: str) -> str:
+    """The help's default for a flag that overrides a config field: the --config file's, else the field's own."""
+    return f"[default: the --config file's, else {section.model_fields[field].default}]"
 
 
 def run(
-    task: Optional[str] = typer.Option(None, help="task name (see `sepbench tasks`)"),
-    model: Optional[str] = typer.Option(None, help="model name (see `sepbench models`)"),
-    layers: Optional[int] = typer.Option(None, help="number of blocks"),
-    width: Optional[int] = typer.Option(None, help="hidden size"),
-    heads: Optional[int] = typer.Option(None, help="attention heads"),
-    length: Optional[int] = typer.Option(None, help="task size N"),
+    task: Optional[str] = typer.Option(None, help=f"task name (see `sepbench tasks`) {_default(TaskConfig, 'name')}"),
+    model: Optional[str] = typer.Option(None, help=f"model name (see `sepbench models`) {_default(ModelConfig, 'name')}"),
+    layers: Optional[int] = typer.Option(None, help=f"number of blocks {_default(ModelConfig, 'layers')}"),
+    width: Optional[int] = typer.Option(None, help=f"hidden size {_default(ModelConfig, 'width')}"),
+    heads: Optional[int] = typer.Option(None, help=f"attention heads {_default(ModelConfig, 'heads')}"),
+    length: Optional[int] = typer.Option(None, help=f"task size N {_default(TaskConfig, 'length')}"),
     eval_lengths: Optional[str] = typer.Option(None, help="extra evaluation lengths, comma-separated"),
-    steps: Optional[int] = typer.Option(None, help="training steps"),
-    batch_size: Optional[int] = typer.Option(None, help="examples per step"),
-    lr: Optional[float] = typer.Option(None, help="peak learning rate (default: the model's)"),
-    seed: Optional[int] = typer.Option(None, help="seed for data and initialisation"),
-    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    steps: Optional[int] = typer.Option(None, help=f"training steps {_default(TrainConfig, 'steps')}"),
+    batch_size: Optional[int] = typer.Option(None, help=f"examples per step {_default(TrainConfig, 'batch_size')}"),
+    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the --config file's, else the model's]"),
+    seed: Optional[int] = typer.Option(None, help=f"seed for data and initialisation {_default(RunConfig, 'seed')}"),
+    device: Optional[str] = typer.Option(None, help=f"auto (CUDA when present), cpu, cuda, cuda:N or mps {_default(RunConfig, 'device')}"),
     store: Optional[Path] = store_option(),
     config: Optional[Path] = typer.Option(None, help="YAML file with task/model/train/seed/device sections"),
     assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),
