@@ -21,10 +21,12 @@ class Ratio:
     def met(self) -> bool:
         return self.ratio >= self.target if self.direction == "at_least" else self.ratio <= self.target
 
-    def line(self) -> str:
+    def line(self, judged: bool = True) -> str:
+        """The ratio beside its target; ``judged=False`` (a smoke run's sizes) leaves met or missed unsaid."""
         sign = ">=" if self.direction == "at_least" else "<="
         tail = f"  ({self.detail})" if self.detail else ""
-        return f"{self.name} ratio {self.ratio:.3g} target {sign}{self.target:g} {'met' if self.met else 'MISSED'}{tail}"
+        verdict = ("met" if self.met else "MISSED") if judged else "not judged"
+        return f"{self.name} ratio {self.ratio:.3g} target {sign}{self.target:g} {verdict}{tail}"
 
 
 def timed(call: Callable[[], object], repeats: int) -> tuple[float, float]:

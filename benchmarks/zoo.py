@@ -168,10 +168,10 @@ def main() -> None:
         (f"mamba model step, chunked vs loop, L={scan_len}, batch 8", model_time["reference"] / model_time["chunked"], ">= 5x", lambda r: r >= 5),
     ]
     targets += [(f"{name} decode at t={last} vs t={first}", growth[name], "<= 1.5x", lambda r: r <= 1.5) for name in RECURRENT]
-    print("\ntargets (ratio measured side by side in this run)" + (
-        "; set for the CPU: on a GPU at width 64 every step is bound by kernel launches" if device.type == "cuda" else "")
-        + ("; --quick's short lengths are a smoke run: the targets are judged at the full sizes only" if args.quick
-           else ""))
+    on_gpu = "; set for the CPU: on a GPU at width 64 every step is bound by kernel launches"
+    smoke = "; --quick's short lengths are a smoke run: the targets are judged at the full sizes only"
+    print("\ntargets (ratio measured side by side in this run)" + (on_gpu if device.type == "cuda" else "")
+          + (smoke if args.quick else ""))
     for label, ratio, goal, ok in targets:
         verdict = "not judged" if args.quick else "met" if ok(ratio) else "MISSED"
         print(f"  {label:<48}{ratio:>8.2f}x  target {goal:<8} {verdict}")

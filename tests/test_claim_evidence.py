@@ -82,6 +82,10 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and not (tmp_path / "none.db").exists()
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--set", "train.steps=3"])
     assert mixed.exit_code == 2 and "--evidence judges the shipped runs as they are" in mixed.stderr
+    smoke = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--set", "train.steps=3", "--write-evidence",
+                                "--store", str(tmp_path / "smoke.db")])
+    assert smoke.exit_code == 2 and "would replace the shipped evidence with overridden runs" in smoke.stderr
+    assert not (tmp_path / "smoke.db").exists()
 
 
 def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_one_line(tmp_path, monkeypatch):

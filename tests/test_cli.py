@@ -47,7 +47,7 @@ def test_run_stores_and_force_reproduces(store_path):
         (["run", "--set", "no_such_field=1"], "unknown key 'no_such_field'"),
         (["run", "--set", "train.no_such_field=1"], "allowed in train"),
         (["run", "--eval-lengths", "3,x"], "comma-separated integers"),
-        (["run", "--length", "5"], "options.min_length 10 (the shortest sequence drawn) exceeds length 5; allowed: a length >= 10"),
+        (["run", "--length", "5"], "options.min_length 10 (the shortest sequence drawn) exceeds length 5"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(store_path, args, fragment):

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from sepbench.cli.options import base_config
 from sepbench.config import ConfigError, RunConfig, apply_overrides, load_yaml, parse_assignments
 from sepbench.train.environment import resolve_device
 
@@ -62,8 +63,9 @@ def test_yaml_loading(tmp_path):
         load_yaml(tmp_path / "missing.yaml")
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing set\n")
+    assert load_yaml(empty) == {}  # a sweep's base file may set nothing
     with pytest.raises(ConfigError, match="is empty; allowed: a YAML mapping"):
-        load_yaml(empty)
+        base_config(empty, {}, [])
 
 
 def test_a_cuda_ordinal_past_the_machines_devices_is_refused_in_one_line(monkeypatch):

@@ -163,8 +163,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(err, 'problem', err)}") from None
     if data is None:
-        raise ConfigError(f"config file {path} is empty; allowed: a YAML mapping of sections (task, model, train, "
-                          f"seed, device), or no --config for every default")
+        return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections (task, model, train, seed, device)")
     return data

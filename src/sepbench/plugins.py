@@ -77,7 +77,7 @@ def load_import_path(path: str, kind: str = "") -> object:
 
 
 def _plugin(kind: str, name: str) -> str:
-    """"model plugin 'x'", or "plugin 'x'" where the kind is not yet known."""
+    """``model plugin 'x'``, or ``plugin 'x'`` where the kind is not yet known."""
     return f"{kind} plugin '{name}'" if kind else f"plugin '{name}'"
 
 

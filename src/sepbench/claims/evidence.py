@@ -34,8 +34,7 @@ def require_root(root: Path) -> Path:
     """``root`` when it is a folder; otherwise a one-line ConfigError naming it and what is allowed."""
     if not Path(root).is_dir():
         raise ConfigError(f"evidence folder {root} does not exist; allowed: a folder of <scale>/<claim>.jsonl files, "
-                          f"as `sepbench reproduce --write-evidence` writes them (the default is the checkout's "
-                          f"evidence/: {CHECKOUT_EVIDENCE})")
+                          f"as `sepbench reproduce --write-evidence` writes them (default here: {default_root()})")
     return Path(root)
 
 

@@ -99,7 +99,11 @@ def trend(result: RunResult) -> Trend | None:
 
 def too_few_evaluations(result: RunResult) -> bool:
     """The run used its whole budget but has fewer than ``MIN_POINTS`` evaluations to fit a trend to."""
-    return result.status == "completed" and sum(math.isfinite(p.accuracy) for p in result.curve) < MIN_POINTS
+    return result.status == "completed" and _finite_points(result) < MIN_POINTS
+
+
+def _finite_points(result: RunResult) -> int:
+    return sum(math.isfinite(p.accuracy) for p in result.curve)
 
 
 def still_learning(results: Sequence[RunResult]) -> list[tuple[RunResult, Trend]]:
@@ -133,7 +137,8 @@ def _too_few_reason(results: Sequence[RunResult]) -> str | None:
     if not short:
         return None
     first = short[0]
-    evaluations = f"{len(first.curve)} evaluation{'s' * (len(first.curve) != 1)}"
+    count = _finite_points(first)
+    evaluations = f"{count} evaluation{'s' * (count != 1)}"
     return (f"{TOO_FEW_EVALUATIONS} whether the runs stopped learning ({len(short)} of {len(results)} deciding runs; "
             f"seed {first.config.seed}: {evaluations} in {first.steps} steps, at least "
             f"{MIN_POINTS} needed: train longer or evaluate more often)")

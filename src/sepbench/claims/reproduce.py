@@ -211,7 +211,7 @@ def judge_shipped(claims: Sequence[Claim], scale: str, evidence_dir: Path, mine:
         store = Store(Path(scratch) / "evidence.db")
         by_id = {c.id: c for c in claims}
         missing = [i for i in shipped.load(claims, scale, evidence_dir, store) if by_id[i].at(scale).not_run is None]
-        verdicts = [shipped.unshipped(c, scale, evidence_dir) if c.id in missing else judge(c, scale, store, train=False)
-                    for c in claims]
+        verdicts = [shipped.unshipped(c, scale, evidence_dir) if c.id in missing
+                    else judge(c, scale, store, train=False) for c in claims]
         own = [judge(c, scale, Store(mine), train=False) for c in claims] if mine is not None else None
     return ShippedVerdicts(verdicts, missing, own)

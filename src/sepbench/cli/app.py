@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from contextlib import contextmanager
 from typing import Iterator, NoReturn
 
@@ -107,8 +108,6 @@ def print_whole(table: Table) -> None:
 def _click_errors() -> tuple[type, type, type | None]:
     """ClickException, UsageError and NoArgsIsHelpError of the click that typer runs on (its own copy in typer
     0.20 and later, click itself before)."""
-    import sys
-
     family = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
     usage = family["UsageError"]
     return family["ClickException"], usage, getattr(sys.modules[usage.__module__], "NoArgsIsHelpError", None)
@@ -116,16 +115,14 @@ def _click_errors() -> tuple[type, type, type | None]:
 
 def main() -> None:
     """The console script: the app, with a bad option or command as one line on stderr (not click's usage box)."""
-    import sys
-
     failure, usage, no_args = _click_errors()
     try:
         code = app(standalone_mode=False)
     except failure as problem:
         if no_args is not None and isinstance(problem, no_args):
-            text = problem.ctx.get_help()  # typer's rich help prints itself and returns ""
-            if text:
-                typer.echo(text)
+            shown = problem.format_message()  # the help: empty where typer's rich help printed itself already
+            if shown.strip():
+                typer.echo(shown)
         elif isinstance(problem, usage):
             command = problem.ctx.command_path if problem.ctx is not None else "sepbench"
             warn(f"error: {problem.format_message()} (`{command} -h` lists what is allowed)")

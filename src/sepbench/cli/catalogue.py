@@ -75,7 +75,7 @@ def flops(
     from sepbench.models.flops_table import sequence_flops
 
     with bad_input_exits():
-        cost = model_call("--model", lambda: sequence_flops(model, width, layers, length, heads=heads, vocab_size=vocab))
+        cost = model_call("flops", lambda: sequence_flops(model, width, layers, length, heads=heads, vocab_size=vocab))
     out.print(f"{model}, width {width}, {layers} layers, CoT length {length} ({cost.tokens} tokens)")
     out.print(f"paper convention (Table 2): {cost.paper / 1e9:.4f} GFLOPs")
     out.print(f"true count:                 {cost.true / 1e9:.4f} GFLOPs")

@@ -27,9 +27,9 @@ class ClaimScale(str, Enum):
 def reproduce(
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
     claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
-    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, minutes to an hour or two "
-                                     "per claim on 2 CPU cores), cpu (the lengths the papers name, searches sized "
-                                     "for one CPU core; --dry-run prices each claim) or paper (the paper's "
+    scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, minutes to an hour "
+                                     "or two per claim on 2 CPU cores), cpu (the lengths the papers name, searches "
+                                     "sized for one CPU core; --dry-run prices each claim) or paper (the paper's "
                                      "protocol)"),
     store: Optional[Path] = store_option(),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
@@ -48,8 +48,8 @@ def reproduce(
     evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
                                   "training nothing; with --store, your stored runs are judged beside it"),
     evidence_dir: Optional[Path] = typer.Option(None, "--evidence-dir", help="the evidence folder, "
-                                                "DIR/SCALE/CLAIM.jsonl [default: the evidence/ folder of this "
-                                                "checkout]"),
+                                                "DIR/SCALE/CLAIM.jsonl [default: the evidence/ folder of the "
+                                                "checkout sepbench runs from, else ./evidence]"),
     write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
                                         "(or check result) to --evidence-dir as JSON lines; on Ctrl-C, the runs "
                                         "finished so far"),
@@ -80,11 +80,14 @@ def reproduce(
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
-        evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence and (overrides or dry_run or write_evidence or settle_ties or resume_evidence):
             raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
                               "--store, --evidence-dir (not --set, --dry-run, --write-evidence, --settle-ties or "
                               "--resume-evidence)")
+        if write_evidence and overrides and evidence_dir is None:
+            raise ConfigError("--write-evidence with --set would replace the shipped evidence with overridden runs; "
+                              "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
+        evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence:
             _from_evidence(claims, scale.value, evidence_dir, store)
             return

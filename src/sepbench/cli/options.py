@@ -71,6 +71,9 @@ def build_run_config(config_file: Path | None, flags: dict[str, object], assignm
 def base_config(config_file: Path | None, flags: dict[str, object], assignments: list[str]) -> dict:
     """The config file's data (packaged configs found by name), then the flags given, then --set assignments."""
     data = load_yaml(packaged_config(config_file)) if config_file else {}
+    if config_file and not data:
+        raise ConfigError(f"config file {config_file} is empty; allowed: a YAML mapping of sections (task, model, "
+                          f"train, seed, device), or no --config for every default")
     data = apply_overrides(data, {k: v for k, v in flags.items() if v is not None})
     return apply_overrides(data, parse_assignments(assignments))
 

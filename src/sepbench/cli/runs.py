@@ -23,7 +23,8 @@ def _default(section: type, field: str) -> str:
 
 def run(
     task: Optional[str] = typer.Option(None, help=f"task name (see `sepbench tasks`) {_default(TaskConfig, 'name')}"),
-    model: Optional[str] = typer.Option(None, help=f"model name (see `sepbench models`) {_default(ModelConfig, 'name')}"),
+    model: Optional[str] = typer.Option(None, help=f"model name (see `sepbench models`) "
+                                        f"{_default(ModelConfig, 'name')}"),
     layers: Optional[int] = typer.Option(None, help=f"number of blocks {_default(ModelConfig, 'layers')}"),
     width: Optional[int] = typer.Option(None, help=f"hidden size {_default(ModelConfig, 'width')}"),
     heads: Optional[int] = typer.Option(None, help=f"attention heads {_default(ModelConfig, 'heads')}"),
@@ -31,9 +32,11 @@ def run(
     eval_lengths: Optional[str] = typer.Option(None, help="extra evaluation lengths, comma-separated"),
     steps: Optional[int] = typer.Option(None, help=f"training steps {_default(TrainConfig, 'steps')}"),
     batch_size: Optional[int] = typer.Option(None, help=f"examples per step {_default(TrainConfig, 'batch_size')}"),
-    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the --config file's, else the model's]"),
+    lr: Optional[float] = typer.Option(None, help="peak learning rate [default: the --config file's, else the "
+                                       "model's]"),
     seed: Optional[int] = typer.Option(None, help=f"seed for data and initialisation {_default(RunConfig, 'seed')}"),
-    device: Optional[str] = typer.Option(None, help=f"auto (CUDA when present), cpu, cuda, cuda:N or mps {_default(RunConfig, 'device')}"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N or mps "
+                                         f"{_default(RunConfig, 'device')}"),
     store: Optional[Path] = store_option(),
     config: Optional[Path] = typer.Option(None, help="YAML file with task/model/train/seed/device sections"),
     assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),

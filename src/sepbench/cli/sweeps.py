@@ -123,7 +123,7 @@ def minwidth(
     k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
     m: int = typer.Option(3, "--m", help="... out of this many (seeds 0..m-1)"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
-    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N or mps"),
     store: Optional[Path] = store_option(),
     config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
     assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),

@@ -96,7 +96,7 @@ def softmax_vs_linear(
                                               "[default: the packaged configs/deng2023]"),
     lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
     steps: Optional[int] = typer.Option(None, min=1, help="learned only: training steps per classifier"),
-    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N"),
+    device: str = typer.Option("auto", help="auto (CUDA when present), cpu, cuda, cuda:N or mps"),
     store: Optional[Path] = store_option(),
 ) -> None:
     """Deng et al. softmax vs linear attention (definitions reconstructed, ranges ours): one figure's sweep."""
@@ -107,7 +107,9 @@ def softmax_vs_linear(
     with bad_input_exits():
         known = figures.figure_ids(config_dir or figures.CONFIG_DIR)
         if figure != "learned" and figure not in known:
-            raise ConfigError(f"unknown figure '{figure}'; allowed: {', '.join(known)} or learned")
+            folder = config_dir or figures.CONFIG_DIR
+            allowed = f"{', '.join(known)} or learned" if known else f"learned (no figure configs in {folder})"
+            raise ConfigError(f"unknown figure '{figure}'; allowed: {allowed}")
         where = _device(device)
         Store(store).check_writable()
         if figure == "learned":
