@@ -226,3 +226,21 @@ def test_min_width_says_whether_it_is_exact_and_why_not():
     assert table.reason[12] == "at most 4: no smaller width tried"
     assert table.reason[48] == "none solved: 3 unsolved cells" and table.max_width[48] == 16
     assert table.reason[96] == "at most 16: width 8 failed (1 failed (RuntimeError: boom))"
+
+
+@pytest.mark.parametrize("status", ["diverged", "failed"])
+def test_a_width_whose_runs_did_not_train_is_left_open_not_unsolved(tmp_path, status):
+    """Widths 8 and 16 solve at N = 12; width 4 diverged (or failed) on every seed: the search may not call
+    it unsolved, so 8 is an upper bound and the length stays out of the growth fits."""
+    store = law_store(tmp_path / "s.db", {12: 8}, [8, 16])
+    for seed in range(3):
+        store.put(not_trained({"task.length": 12, "model.width": 4, "seed": seed}, status, "boom"))
+    search = search_min_width(BASE, [12], [4, 8, 16], SolvedRule(), store)
+    assert search.trained == 0 and search.smallest == {12: 8}
+    assert search.failed == {12: {4: f"{status}: boom"}} and search.undetermined_below(12) == [4]
+    assert search.left_out([4, 8, 16]) == {12: "a failed width leaves it open"}
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12", "--widths", "4,8,16",
+            "--steps", "5", "--device", "cpu", "--store", str(store.path)]
+    shown = runner.invoke(app, args, terminal_width=200)
+    assert f"4:{status}" in shown.stdout and "8 (width 4 did not train: undetermined)" in shown.stdout, shown.output
+    assert shown.exit_code == (1 if status == "failed" else 0)  # a diverged rate is a result: nothing to retry

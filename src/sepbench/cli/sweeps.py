@@ -196,7 +196,7 @@ def minwidth(
                   resamples)
     say(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
-                      for w, reason in widths_.items()}, "width search")
+                      for w, reason in widths_.items() if reason.startswith("failed")}, "width search")
 
 
 def _print_search(search, title: str, grid_widths: list[int], resamples: int) -> None:
@@ -209,12 +209,12 @@ def _print_search(search, title: str, grid_widths: list[int], resamples: int) ->
     table.add_column("widths evaluated")
     for n, w in search.smallest.items():
         failed = search.failed.get(n, {})
-        tried = ", ".join(f"{x}:{'solved' if ok else 'failed' if x in failed else 'no'}"
+        tried = ", ".join(f"{x}:{'solved' if ok else failed[x].split(':')[0] if x in failed else 'no'}"
                           for x, ok in sorted(search.checked[n].items()))
         open_below = search.undetermined_below(n)
         found = "none in grid" if w is None else str(w)
         if open_below:
-            found = f"{found} (width {', '.join(map(str, open_below))} failed: undetermined)"
+            found = f"{found} (width {', '.join(map(str, open_below))} did not train: undetermined)"
         table.add_row(str(n), found, tried)
     out.print(table)
     for n, reason in search.left_out(grid_widths).items():

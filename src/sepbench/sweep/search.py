@@ -223,7 +223,7 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
         for length, group in configs.items():
             runs = [store.get(cfg.config_hash()) for cfg in group]
             verdicts[length] = _solves(runs, rule)
-            failures = [r.error or "no reason stored" for r in runs if r.status == "failed"]
+            failures = [f"{r.status}: {r.error or 'no reason stored'}" for r in runs if _untrained(r)]
             if failures and not verdicts[length] and _solves([_as_solved(r) for r in runs], rule):
                 search.failed.setdefault(length, {})[asked[length]] = failures[0]
         return verdicts
@@ -237,9 +237,14 @@ def _solves(runs: Sequence[RunResult], rule: SolvedRule) -> bool:
     return bool(len(cells)) and bool(cells.solved.iloc[0])
 
 
+def _untrained(run: RunResult) -> bool:
+    """Failed or diverged: a run that never trained (a search's pruned run is a loser, not a failure)."""
+    return run.status not in TRAINED and run.status != "pruned"
+
+
 def _as_solved(run: RunResult) -> RunResult:
-    """A failed run as if it had reached accuracy 1: whether failures alone leave a verdict open."""
-    if run.status != "failed":
+    """A failed or diverged run as if it had reached accuracy 1: whether failures alone leave a verdict open."""
+    if not _untrained(run):
         return run
     return run.model_copy(update={"status": "solved", "metrics": {**run.metrics, "accuracy": 1.0}})
 
