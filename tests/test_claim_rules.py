@@ -392,3 +392,25 @@ def test_the_verdict_table_points_at_settle_ties_where_a_search_cut_on_a_tie(tmp
     assert "--settle-ties" in judged.stdout
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--settle-ties"])
     assert mixed.exit_code == 2 and "--settle-ties" in mixed.stderr and mixed.stderr.strip().count("\n") == 0
+
+
+def test_settle_ties_trains_first_the_ties_a_condition_waits_on_alone(tmp_path):
+    from sepbench.claims.reproduce import plan_claim
+
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:  # every rate at chance at step 500; the two-layer Transformer's finalists still rising
+        if cfg.model.name == "lstm" and cfg.train.lr == 1e-3:
+            store.put(_run(cfg, [(250, 0.5, 0.69), (500, 0.5, 0.69), (750, 0.99, 0.01)], status="solved"))
+        elif cfg.model.layers == 2 and cfg.train.lr in (1e-3, 5e-3):
+            store.put(_run(cfg, [(250, 0.5, 0.69), (500, 0.5, 0.69)] + [(s, 0.5 + s / 10_000, 0.69 - s / 10_000)
+                                                                         for s in range(750, 4001, 250)]))
+        else:
+            store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    deep_first = [cfg.model.layers for cfg in configs if cfg.model.name == "transformer"]
+    assert deep_first.index(2) < deep_first.index(1)
+    plan = plan_claim(claim, "cpu", store, EVAL, settle_ties=True)
+    # the one-layer Transformer's condition waits on its ties alone, the two-layer's also on its rising curve
+    layers = [cfg.model.layers for cfg in plan.todo]
+    assert layers == [1] * 15 + [2] * 15, layers

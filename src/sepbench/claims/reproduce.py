@@ -9,7 +9,7 @@ from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import NotComputed, cached, swept_parameter
 from sepbench.claims.evaluate import evaluate_runs
 from sepbench.claims.series_rules import evaluate_series
-from sepbench.claims.verdicts import INCONCLUSIVE, ClaimVerdict, Outcome, combine
+from sepbench.claims.verdicts import INCONCLUSIVE, SEARCH_TIE, ClaimVerdict, Outcome, combine
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
@@ -52,25 +52,34 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
                reuse: Reuse = Reuse(), settle_ties: bool = False) -> ClaimPlan:
     """What the claim's runs still need. ``settle_ties``: the runs of the learning rates its searches cut on a tie
     (``sepbench.claims.ties``) that its verdicts wait on train in full, as a grid trains them, replacing their
-    pruned rows."""
+    pruned rows. Those a condition waits on for its ties alone come first in ``todo``, so that a stop part-way
+    through leaves whole conditions decided rather than every condition half settled."""
     if claim.kind == "theory":
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
     searches = halving_specs(claim, scale, overrides)
-    settled = waited_on(claim, scale, configs, store) if settle_ties else set()
+    settling = waited_on(claim, scale, configs, store) if settle_ties else []
+    settled = set(settling)
     halved = {cfg.config_hash() for _, runs in searches for cfg in runs} - settled
     by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
     by_halving = plan([cfg for cfg in configs if cfg.config_hash() in halved], store, reuse, halving=True)
     todo = {cfg.config_hash() for cfg in by_grid.todo + by_halving.todo}
-    return ClaimPlan(claim, configs, [cfg for cfg in configs if cfg.config_hash() in todo],
-                     len(by_grid.failed_kept) + len(by_halving.failed_kept), scale, searches, settled)
+    rank = {h: i for i, h in enumerate(settling)}
+    ordered = sorted((cfg for cfg in configs if cfg.config_hash() in todo),
+                     key=lambda cfg: rank.get(cfg.config_hash(), len(rank)))
+    return ClaimPlan(claim, configs, ordered, len(by_grid.failed_kept) + len(by_halving.failed_kept), scale,
+                     searches, settled)
 
 
-def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> set[str]:
+def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> list[str]:
     """Config hashes of the runs of every learning rate a search cut on a tie that the claim's verdicts, judged on
-    the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``). A tie on a side
-    whose rise could not change its verdict is left as the search cut it."""
-    return {h for outcome in evaluate_runs(claim, scale, configs, _stored(configs, store)) for h in outcome.waits_on}
+    the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``), those of conditions
+    that wait on nothing else first. A tie on a side whose rise could not change its verdict is left as the search
+    cut it."""
+    outcomes = evaluate_runs(claim, scale, configs, _stored(configs, store))
+    ordered = sorted(outcomes, key=lambda o: not (o.reasons and all(SEARCH_TIE in reason for reason in o.reasons)))
+    position = {cfg.config_hash(): i for i, cfg in enumerate(configs)}
+    return list(dict.fromkeys(h for o in ordered for h in sorted(o.waits_on, key=position.__getitem__)))
 
 
 def _stored(configs: Sequence[RunConfig], store: Store) -> dict[str, RunResult]:
