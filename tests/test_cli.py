@@ -91,3 +91,51 @@ def test_run_takes_one_thread_unless_told(store_path, monkeypatch):
         assert refused.exit_code == 2 and "SEPBENCH_THREADS must be a whole number" in refused.stderr
     finally:
         torch.set_num_threads(before)
+
+
+TINY_SPEC = ("name: tiny\nbase: {task: {name: index_lookup, length: 12}, model: {name: lstm, width: 8},\n"
+             "  train: {steps: 4, eval_every: 2, eval_samples: 16, batch_size: 4}}\nseeds: [0, 1]\n")
+WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12", "--widths", "8"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (WIDTH_SEARCH + ["--store", "{tmp}/folder"], "is a directory; give a file path"),
+    (WIDTH_SEARCH + ["--store", "{tmp}/junk.db"], "is it a sepbench SQLite store?"),
+    (["sweep", "{tmp}/folder"], "config file {tmp}/folder is a folder; give a YAML file"),
+    (["sweep", "{tmp}/empty.yaml"], "is empty; a spec names at least its base, grid or cases"),
+    (["sweep", "{tmp}/junk.db"], "must hold a mapping of keys (name, base, cases"),
+    (["construct", "index_lookup", "--length", "16", "--samples", "-1"], "'--samples'"),
+    (["construct", "index_lookup", "--length", "16", "--lengths", "8,32"], "give --length N or --lengths"),
+    (["construct", "index_lookup", "--length", "16", "--find-min-width", "--code-width", "5"],
+     "--code-width and --find-min-width exclude each other"),
+    (["results", "--store", "{tmp}/tiny.db", "--out", "{tmp}/junk.db/rows.csv", "--format", "csv"],
+     "--out {tmp}/junk.db/rows.csv: {tmp}/junk.db is a file, not a folder"),
+])
+def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, fragment, monkeypatch, capsys):
+    from sepbench.cli import main
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "junk.db").write_text("not a database")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "tiny.yaml").write_text(TINY_SPEC)
+    assert runner.invoke(app, ["sweep", str(tmp_path / "tiny.yaml"), "--store", str(tmp_path / "tiny.db")]).exit_code == 0
+    monkeypatch.setattr("sys.argv", ["sepbench", *[a.format(tmp=tmp_path) for a in args]])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and printed.err.count("\n") == 1, printed
+    assert fragment.format(tmp=tmp_path) in printed.err, printed.err
+    assert not store_path.exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", [["sweep", "{tmp}/tiny.yaml"], WIDTH_SEARCH,
+                                     ["reproduce", "--claim", "eq-random", "--set", "train.steps=2"]])
+def test_runs_on_a_missing_gpu_are_refused_before_any_is_stored(tmp_path, store_path, command):
+    (tmp_path / "tiny.yaml").write_text(TINY_SPEC)
+    args = [a.format(tmp=tmp_path) for a in command]
+    device = ["--set", "device=cuda"] if command[0] == "reproduce" else ["--device", "cuda"]
+    result = runner.invoke(app, [*args, *device])
+    assert result.exit_code == 2 and "CUDA is not available; allowed here: auto, cpu" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not store_path.exists() or len(Store(store_path)) == 0

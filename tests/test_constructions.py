@@ -16,7 +16,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "name, length, samples",
-    [("index_lookup", 100, 1000), ("index_lookup", 1000, 150), ("equality", 100, 1000), ("equality", 1000, 100),
+    [("index_lookup", 4, 200), ("index_lookup", 100, 1000), ("index_lookup", 1000, 150), ("equality", 100, 1000), ("equality", 1000, 100),
      ("eq_one", 100, 1000), ("nearest_neighbor", 40, 500), ("nearest_neighbor", 200, 20),
      ("nearest_neighbor_copy", 40, 500), ("nearest_neighbor_copy", 200, 50)],
 )

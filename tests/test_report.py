@@ -163,7 +163,8 @@ def assert_axes_hold_their_points(ax: dict, where: str) -> None:
 @pytest.mark.parametrize("args, fragment", [
     (["--store", "{tmp}/missing.db"], "no store at"),
     (["--k", "5"], "1 <= k <= m"),
-    (["--out", "{tmp}/file.txt"], "--out must be a directory"),
+    (["--out", "{tmp}/file.txt"], "file.txt is a file, not a folder"),
+    (["--out", "{tmp}/file.txt/sub"], "file.txt is a file, not a folder"),
 ])
 def test_report_bad_input_exits_2(tmp_path, args, fragment):
     store = Store(tmp_path / "runs.db")
@@ -175,6 +176,15 @@ def test_report_bad_input_exits_2(tmp_path, args, fragment):
     result = runner.invoke(app, ["report", *[x for kv in base.items() for x in kv]])
     assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_store_with_no_finished_run_reports_an_empty_page(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    pruned = law_results([12], [8])[0].model_copy(update={"status": "pruned", "metrics": {}})
+    store.put(pruned)
+    result = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "report of 1 runs: 0 figures (none)" in result.stdout and (tmp_path / "out" / "index.html").exists()
 
 
 def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):

@@ -151,13 +151,19 @@ class RunConfig(StrictModel):
         return cls.build(load_yaml(path))
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping, with a one-line ConfigError for a missing or malformed file."""
+def load_yaml(path: str | Path, holds: str = "sections (task, model, train, seed, device)") -> dict[str, Any]:
+    """Read a YAML mapping of ``holds``, with a one-line ConfigError for a missing or malformed file."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder; give a YAML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file; give a YAML file") from None
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -165,7 +171,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections (task, model, train, seed, device)")
+        raise ConfigError(f"config file {path} must hold a mapping of {holds}")
     return data
 
 

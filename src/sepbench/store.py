@@ -121,10 +121,18 @@ class Store:
         chosen = os.environ.get(CHECKPOINTS_ENV, "").strip()
         return Path(chosen) if chosen else self.path.with_name(self.path.name + ".checkpoints")
 
-    def check_writable(self) -> None:
-        """Raise StoreError unless a run could be stored here: called before any training starts."""
+    def check_usable(self) -> None:
+        """Raise StoreError if the path holds something other than a store (a folder, another file); creates
+        nothing."""
         if self.path.is_dir():
             raise StoreError(f"store {self.path} is a directory; give a file path such as {self.path / DEFAULT_STORE}")
+        if self.path.exists():
+            with self._connect(create=False):
+                pass
+
+    def check_writable(self) -> None:
+        """Raise StoreError unless a run could be stored here: called before any training starts."""
+        self.check_usable()
         folder = self.path.parent
         blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
         if blocker is not None and not blocker.is_dir():

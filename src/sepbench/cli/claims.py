@@ -13,7 +13,8 @@ from rich.text import Text
 
 from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, say, warn
 from sepbench.cli.options import (
-    checkpoints_option, group_size_option, retry_failed_option, store_option, tensorboard_option, use_folders,
+    checkpoints_option, group_size_option, require_folder, retry_failed_option, store_option, tensorboard_option,
+    use_folders,
 )
 from sepbench.config import ConfigError, parse_assignments
 
@@ -73,6 +74,7 @@ def reproduce(
     from sepbench.store import Store
     from sepbench.sweep import Reuse, SweepInterrupted
     from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.environment import require_devices
 
     started = time.time()
     reuse = Reuse(retry_failed=retry_failed)
@@ -94,10 +96,13 @@ def reproduce(
         db = Store(store)
         if not list_only and not dry_run:
             db.check_writable()
+            require_folder(out_dir)
         if resume_evidence and not list_only:
             db = _resume_from_evidence(claims, scale.value, evidence_dir, db, dry_run)
         plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
                  if not list_only else [])
+        if not dry_run:
+            require_devices(cfg.device for p in plans for cfg in p.todo)
     if list_only:
         _print_catalogue(claims, scale.value)
         return
@@ -197,6 +202,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
     from sepbench.claims.placement import added_model_configs, place_all
     from sepbench.sweep import SweepInterrupted, plan
     from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.environment import require_devices
 
     sweeps = [c for c in claims if c.kind == "sweep" and c.at(scale).not_run is None]
     for claim in claims:
@@ -209,6 +215,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
         todo = sum(len(plan(configs, db, reuse).todo) for configs in added.values())
         if not dry_run:
             db.check_writable()
+            require_devices(cfg.device for configs in added.values() for cfg in configs)
     out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
               f"to train in {db.path}; the catalogue's models are not trained, their stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)

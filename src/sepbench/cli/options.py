@@ -21,6 +21,14 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def require_folder(path: Path, given: Path | None = None, flag: str = "--out") -> None:
+    """Raise ConfigError unless ``path`` is, or can be made, a folder: neither it nor a folder above it is a file.
+    ``given``: what the user typed, when ``path`` is derived from it (a file's folder)."""
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ConfigError(f"{flag} {given or path}: {blocker} is a file, not a folder")
+
+
 def store_option(help: str = "SQLite store [default: ./sepbench.db]"):
     return typer.Option(None, envvar="SEPBENCH_STORE", help=help)
 
@@ -97,7 +105,9 @@ def parse_lengths(text: str, flag: str) -> list[int]:
 
 
 def given_lengths(length: int | None, lengths: str | None) -> list[int]:
-    """``--lengths N1,N2,...`` or ``--length N``; one of them is needed."""
+    """``--lengths N1,N2,...`` or ``--length N``; one of them, not both."""
+    if length is not None and lengths:
+        raise ConfigError("give --length N or --lengths N1,N2,..., not both")
     if length is not None and length < 1:
         raise ConfigError(f"--length expects a task size >= 1, got {length}")
     sizes = parse_lengths(lengths, "--lengths") if lengths else [length] if length is not None else []

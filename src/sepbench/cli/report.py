@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from sepbench.cli.app import bad_input_exits, say, warn
-from sepbench.cli.options import store_option
+from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 
 
@@ -35,8 +35,7 @@ def report(
         db = Store(store)
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ConfigError(f"--out must be a directory, but {out_dir} is a file")
+        require_folder(out_dir)
         results, random_networks = db.results(), db.query_softmax_vs_linear()
     for key, reason in db.unreadable:
         warn(f"warning: stored run {key} cannot be read and is left out ({reason})")

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sepbench.cli.app import bad_input_exits, out, print_whole, warn
-from sepbench.cli.options import store_option
+from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 
 
@@ -44,6 +44,8 @@ def results(
     from sepbench.store import Store
 
     with bad_input_exits():
+        if out_file is not None:
+            require_folder(out_file.parent, out_file)
         db = Store(store)
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench run` or `sepbench sweep` first, or pass "

@@ -148,12 +148,13 @@ def minwidth(
     from sepbench.sweep import Reuse, SweepInterrupted
     from sepbench.sweep.interrupts import interrupts_counted
     from sepbench.sweep.pool import warm_pool
-    from sepbench.train.environment import default_threads
+    from sepbench.train.environment import default_threads, require_devices
 
     started = time.time()
+    db = Store(store)
     with bad_input_exits():
         use_folders(data_cache, checkpoints, tensorboard)
-    db = Store(store)
+        db.check_usable()
     try:
         with interrupts_counted(db) as finished, warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
             from sepbench.sweep.progress import SweepProgress
@@ -174,9 +175,8 @@ def minwidth(
                 flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
                          "device": device}
                 base = base_config(config, flags, assignments)
-                for n in grid_lengths:
-                    for w in grid_widths:
-                        RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w}))
+                require_devices(RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w})).device
+                                for n in grid_lengths for w in grid_widths)
                 threads = default_threads()
                 db.check_writable()
             most_visited = len(set(grid_widths)).bit_length()

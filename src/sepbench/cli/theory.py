@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from sepbench.cli.app import bad_input_exits, err, out
-from sepbench.cli.options import OutputFormat, given_lengths, parse_lengths, store_option
+from sepbench.cli.options import OutputFormat, given_lengths, parse_lengths, require_folder, store_option
 from sepbench.config import ConfigError
 
 
@@ -19,8 +19,8 @@ def construct(
     length: Optional[int] = typer.Option(None, help="task size N"),
     lengths: Optional[str] = typer.Option(None, help="several task sizes, comma-separated"),
     code_width: Optional[int] = typer.Option(None, help="width of the position codes [default: the smallest accepted]"),
-    samples: int = typer.Option(1000, help="random instances to score at each N (0: none)"),
-    verify_up_to: int = typer.Option(1000, help="score instances only at N up to this (longer: codes checked only)"),
+    samples: int = typer.Option(1000, min=0, help="random instances to score at each N (0: none)"),
+    verify_up_to: int = typer.Option(1000, min=0, help="score instances only at N up to this (longer: codes checked only)"),
     find_min_width: bool = typer.Option(False, "--find-min-width", help="search the smallest code width per N"),
     seed: int = typer.Option(0, help="seed for the codes and the instances"),
     queries: str = typer.Option("recall", help="nearest-neighbour instances: recall (each query repeats a stored "
@@ -40,6 +40,8 @@ def construct(
             raise ConfigError(f"--queries must be recall or margin, got '{queries}'")
         if code_width is not None and code_width < 1:
             raise ConfigError(f"--code-width must be >= 1, got {code_width}")
+        if code_width is not None and find_min_width:
+            raise ConfigError("--code-width and --find-min-width exclude each other: give a width or search for one")
         refuse_unfitting(name, sizes, code_width)
     table = Table("N", "layers", "code width", "model width", "instances", "accuracy", "details",
                   title=f"{name}: {CONSTRUCTIONS[name]}")
@@ -111,6 +113,7 @@ def softmax_vs_linear(
             allowed = f"{', '.join(known)} or learned" if known else f"learned (no figure configs in {folder})"
             raise ConfigError(f"unknown figure '{figure}'; allowed: {allowed}")
         where = _device(device)
+        require_folder(out_dir)
         Store(store).check_writable()
         if figure == "learned":
             learned = _learned_config(lengths, steps, seed)

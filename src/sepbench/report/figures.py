@@ -43,9 +43,9 @@ def size_cells(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
     ``failed`` marks a size none of whose runs trained (accuracy NaN, never 0); ``failure`` names their statuses.
     """
     cells = select_lr(results, rule)
-    if cells.empty:
-        return cells
     keys = ["task", "model", "layers", "width", "length"]
+    if cells.empty:
+        return pd.DataFrame(columns=[*keys, "accuracy", "solved", "failed", "failure"])
     return cells.groupby(keys, as_index=False).agg(
         accuracy=("best_accuracy", "max"), solved=("solved", "any"),
         failed=("verdict", lambda v: bool((v == "failed").all())),

@@ -75,7 +75,7 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
     that cannot start) and SweepInterrupted on Ctrl-C, once the workers are stopped and the runs in training
     have saved their checkpoints.
     """
-    from sepbench.train.environment import default_threads
+    from sepbench.train.environment import default_threads, require_devices
 
     finished: FinishedRuns | None = None
     try:
@@ -84,6 +84,8 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
             threads = default_threads(threads)
             if not dry_run:
                 store.check_writable()
+                if backend == "local":
+                    require_devices(cfg.device for cfg in configs)
             halving = spec.lr_search == "halving"
             todo = plan(configs, store, reuse, halving=halving)
             finished = FinishedRuns(store, todo.todo)

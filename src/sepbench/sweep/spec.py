@@ -164,7 +164,9 @@ class SweepSpec(StrictModel):
         """Read a spec; a ``base`` given as a string names a RunConfig YAML file relative to the spec."""
         path = Path(path)
         source = f"sweep spec {path}"
-        data = load_yaml(path)
+        data = load_yaml(path, holds="keys (name, base, cases, grid, zip, seeds, lr_grid, lr_search, ...)")
+        if not data:
+            raise ConfigError(f"{source} is empty; a spec names at least its base, grid or cases (docs/sweeps.md)")
         if isinstance(data.get("base"), str):
             try:
                 data = {**data, "base": load_yaml(path.parent / data["base"])}

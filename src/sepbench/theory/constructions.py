@@ -599,7 +599,7 @@ def construct(name: str, length: int, code_width: int | None = None, seed: int =
     if name not in CONSTRUCTIONS:
         raise ValueError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
     if name == "index_lookup":
-        task = IndexLookup(length)
+        task = IndexLookup(length, {"min_length": min(length, IndexLookup.Options().min_length)})  # scored at N only
         return index_lookup(task, code_width or min_code_width(name, length, seed), seed)
     if name in ("equality", "eq_one"):
         task = EqOne(length) if name == "eq_one" else EqRandom(length)

@@ -8,6 +8,7 @@ import subprocess
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -29,6 +30,16 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device '{name}' requested but MPS is not available; allowed here: auto, cpu")
     return device
+
+
+def require_devices(names: Iterable[str]) -> None:
+    """Raise ConfigError unless every device in ``names`` exists on this machine (checked before local runs
+    start, so that a missing GPU is one message rather than a store of failed runs)."""
+    for name in sorted(set(names)):
+        try:
+            resolve_device(name)
+        except (ValueError, RuntimeError) as problem:
+            raise ConfigError(str(problem).splitlines()[0]) from None
 
 
 def seed_everything(seed: int) -> None:
