@@ -240,3 +240,24 @@ def test_a_mixer_without_a_step_path_trains_and_stores_no_state_size(plugin, sto
     assert result.exit_code == 0, result.output
     (stored,) = Store(store_path).results()
     assert stored.status in ("completed", "solved") and stored.state_floats is None and stored.parameters > 0
+
+
+@pytest.mark.parametrize("by_seed", [[], ["--by-seed"]])
+def test_results_name_the_runs_of_a_plugin_that_no_longer_imports(plugin, store_path, tmp_path, by_seed,
+                                                                  monkeypatch):
+    import sys
+
+    from sepbench.registry import MODELS
+
+    common = ["run", "--length", "12", "--width", "16", "--steps", "2", "--device", "cpu",
+              "--set", "train.eval_every=2", "--set", "train.eval_samples=20"]
+    assert runner.invoke(app, common + ["--model", f"{plugin}:RenamedLSTM"]).exit_code == 0
+    assert runner.invoke(app, common + ["--model", "lstm"]).exit_code == 0
+    (tmp_path / f"{plugin}.py").unlink()
+    monkeypatch.delitem(sys.modules, plugin)
+    monkeypatch.delitem(MODELS._plugin_entries, f"{plugin}:RenamedLSTM")  # as a new process finds it
+    shown = runner.invoke(app, ["results", *by_seed])
+    assert shown.exit_code == 0, shown.output
+    (warning,) = shown.stderr.strip().splitlines()
+    assert warning.startswith("warning: stored run ") and f"importing module {plugin} failed" in warning, warning
+    assert "1 runs" in shown.stdout and "lstm" in shown.stdout

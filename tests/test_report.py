@@ -292,6 +292,8 @@ def test_failed_cells_are_drawn_and_tabled_as_failed_never_as_zero():
     assert flops.loc["index_lookup / lstm", 12] != "not solved"
     rows = not_trained_table(results, SolvedRule())
     assert len(rows) == 3 and set(rows["counts as"]) == {"failed cell"} and set(rows.seeds) == {"0, 1, 2"}
+    shorter = [run("lstm", n, 4, 0, None, "failed", "out of memory") for n in (100, 20, 10)]
+    assert list(not_trained_table(results + shorter, SolvedRule()).length) == [10, 20, 48, 48, 48, 100]
 
 
 def test_headline_names_both_rules_when_they_differ(report_dir):

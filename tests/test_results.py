@@ -24,7 +24,8 @@ def seeded_store(path) -> list[RunResult]:
         cfg = RunConfig.build(apply_overrides(BASE, {"seed": seed}))
         metrics = {} if accuracy is None else {"accuracy": accuracy, "loss": 0.25 + seed, "accuracy@24": accuracy / 2}
         result = RunResult(config=cfg, config_hash=cfg.config_hash(), status=status, metrics=metrics, error=error,
-                           steps=5, wall_seconds=1.5 + seed, parameters=1234, state_floats=56, device="cpu",
+                           steps=5, wall_seconds=1.5 + seed, parameters=0 if status == "failed" else 1234,
+                           state_floats=56, device="cpu",
                            version="0.1.0", git_commit="abc123")
         store.put(result)
         results.append(result)
@@ -47,6 +48,7 @@ def test_by_seed_csv_has_every_metric_detail_and_the_flattened_config(tmp_path):
     assert frame.loc[1, "loss"] == 1.25 and frame.loc[1, "accuracy@24"] == 0.25 and frame.loc[3, "wall_seconds"] == 4.5
     assert frame.loc[2, "error"] == "non-finite loss at step 3" and frame.loc[2, "status"] == "diverged"
     assert pd.isna(frame.loc[2, "accuracy"]) and pd.isna(frame.loc[3, "accuracy"])
+    assert frame.loc[2, "parameters"] == 1234 and pd.isna(frame.loc[3, "parameters"])  # failed before its model
     assert json.loads(frame.loc[0, "config.task.eval_lengths"]) == [24] and (frame["config.task.length"] == 12).all()
 
 
@@ -61,6 +63,7 @@ def test_default_view_aggregates_seeds_and_keeps_failures_out_of_the_accuracy(tm
     assert "non-finite loss at step 3" in cell["errors"] and "out of memory" in cell["errors"]
     assert cell["config_hashes"].split(",") == [r.config_hash for r in results]
     assert cell["config.task.length"] == 12 and "config.seed" not in cell
+    assert cell["parameters"] == 1234  # the failed seed's unknown count is not the cell's
     stricter = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json", "--threshold", "0.4").stdout)
     assert stricter[0]["solved"] == 2
 
@@ -110,3 +113,19 @@ def test_missing_store_and_empty_selections_say_so_in_one_line(tmp_path, args, c
     assert done.exit_code == code and done.stdout == ""
     assert fragment.format(tmp=tmp_path) in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "missing.db").exists() and not (tmp_path / "x.csv").exists()
+
+
+def test_a_cell_whose_runs_all_failed_shows_no_parameter_count(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    for seed in (0, 1):
+        cfg = RunConfig.build(apply_overrides(BASE, {"seed": seed}))
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="failed", error="out of memory",
+                            device="cpu", version="0.1.0"))
+    (cell,) = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json").stdout)
+    assert cell["parameters"] is None and cell["failed"] == 2
+    table = runner.invoke(app, ["results", "--store", str(tmp_path / "runs.db")], terminal_width=200)
+    assert table.exit_code == 0, table.output
+    header, row = (next(line for line in table.stdout.splitlines() if word in line) for word in ("parameters", "│ "
+                                                                                                    + cell["cell"]))
+    columns = [c.strip() for c in header.split("┃")]
+    assert [c.strip() for c in row.split("│")][columns.index("parameters")] == "-"

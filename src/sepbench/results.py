@@ -63,6 +63,7 @@ def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
                "lr": cfg.train.lr, "status": r.status}
         row.update({name: float(value) for name, value in r.metrics.items()})
         row.update({name: getattr(r, name) for name in DETAILS})
+        row["parameters"] = r.parameters or None  # a run that failed before its model was built counted none
         row["compute_paths"] = ",".join(f"{name}={path}" for name, path in sorted(r.compute_paths.items()))
         row.update(flatten(cfg.model_dump(mode="json"), "config."))
         rows.append(row)
@@ -70,7 +71,7 @@ def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
     config = sorted({c for row in rows for c in row if c.startswith("config.")})
     columns = [*SUMMARY[:9], *metrics, *DETAILS, "cell", *config]
     frame = pd.DataFrame(rows, columns=columns)
-    return frame.astype({m: float for m in metrics})
+    return frame.astype({**{m: float for m in metrics}, "parameters": "Int64", "state_floats": "Int64"})
 
 
 RUNNING = ["config_hash", "task", "model", "length", "layers", "width", "lr", "seed", "step", "steps", "accuracy",
@@ -126,13 +127,15 @@ def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
         row["loss_mean"] = float(ok.loss.mean()) if len(ok) else np.nan
         row.update({f"{m}_mean": float(ok[m].mean()) if len(ok) else np.nan
                     for m in metrics if m not in ("accuracy", "loss")})
-        row.update({"parameters": int(first.parameters), "state_floats": None if pd.isna(first.state_floats) else int(first.state_floats),
+        row.update({"parameters": group.parameters.max(), "state_floats": group.state_floats.max(),
                     "wall_seconds": float(group.wall_seconds.sum()),
                     "errors": "; ".join(dict.fromkeys(e for e in group.error if isinstance(e, str) and e)) or None,
                     "config_hashes": ",".join(group.config_hash)})
         row.update({c: first[c] for c in config})
         rows.append(row)
     frame = pd.DataFrame(rows)
+    if rows:
+        frame = frame.astype({"parameters": "Int64", "state_floats": "Int64"})
     return frame.sort_values(["task", "model", "layers", "width", "length", "lr"], ignore_index=True) if rows else frame
 
 

@@ -56,6 +56,12 @@ def warn(text: str) -> None:
     err.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def warn_unreadable(store: Store) -> None:
+    """One warning line for each run the store's last ``results`` call could not read and left out."""
+    for key, reason in store.unreadable:
+        warn(f"warning: stored run {key} cannot be read and is left out ({reason})")
+
+
 @contextmanager
 def bad_input_exits() -> Iterator[None]:
     """Turn a configuration problem into one line on stderr and exit code 2."""

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from sepbench.cli.app import bad_input_exits, say, warn
+from sepbench.cli.app import bad_input_exits, say, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 
@@ -37,8 +37,7 @@ def report(
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
         require_folder(out_dir)
         results, random_networks = db.results(), db.query_softmax_vs_linear()
-    for key, reason in db.unreadable:
-        warn(f"warning: stored run {key} cannot be read and is left out ({reason})")
+    warn_unreadable(db)
     outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
                            random_networks=random_networks)
     say(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})")

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, out, print_whole, warn
+from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 
@@ -69,6 +69,7 @@ def results(
                 _print_running(frame, db.path)
             return
         runs = run_rows(db.results(**where))
+    warn_unreadable(db)
     if runs.empty:
         matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
         warn(f"no {matching} in {db.path} ({len(db)} runs stored)")
@@ -106,7 +107,9 @@ def _print_running(frame, path: Path) -> None:
 
 
 def _cell_text(value: object, column: str) -> str:
-    if value is None or (isinstance(value, float) and value != value):
+    import pandas as pd
+
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "-"
     if isinstance(value, float):
         return f"{value:.4f}" if column.startswith("accuracy") or column.endswith("_mean") else f"{value:.6g}"

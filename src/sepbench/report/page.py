@@ -102,7 +102,7 @@ def not_trained_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.Data
                r.status, r.error or "-", cell_key(cfg))
         groups.setdefault(key, []).append(cfg.seed)
     rows = []
-    for key, seeds in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
+    for key, seeds in sorted(groups.items()):
         lrs = trained_lrs.get(key[8], set())
         counts = "left-out seed" if key[5] in lrs else "losing lr" if lrs else "failed cell"
         rows.append(dict(zip(columns, [*key[:7], ", ".join(map(str, sorted(seeds))), counts, key[7]])))
