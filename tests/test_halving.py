@@ -278,9 +278,10 @@ def test_sweep_cli_halves_resumes_and_refuses_ray(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"name: h\nbase: {BASE}\nlr_grid: {LRS}\nseeds: [0]\nlr_search: halving\n")
     store = tmp_path / "runs.db"
-    ray = runner.invoke(app, ["sweep", str(spec), "--store", str(store), "--backend", "ray"])
-    assert ray.exit_code == 2 and "halving runs on the local backend only" in ray.stderr and not store.exists()
-    assert len(ray.stderr.strip().splitlines()) == 1
+    for dry_run in ([], ["--dry-run"]):
+        ray = runner.invoke(app, ["sweep", str(spec), "--store", str(store), "--backend", "ray", *dry_run])
+        assert ray.exit_code == 2 and "halving runs on the local backend only" in ray.stderr and not store.exists()
+        assert len(ray.stderr.strip().splitlines()) == 1
     first = runner.invoke(app, ["sweep", str(spec), "--store", str(store)], terminal_width=300)
     assert first.exit_code == 0, first.output
     assert "by successive halving" in first.stdout and "2 pruned" in first.stdout

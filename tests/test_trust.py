@@ -200,6 +200,7 @@ def test_a_failed_width_shows_as_failed_never_as_unsolved(store_path):
     assert result.exit_code == 1, result.output
     assert "65536:failed" in result.stdout and "65536:no" not in result.stdout
     assert "out of memory (estimated before training)" in result.stderr
+    assert "error: 1 width of this width search failed" in result.stderr
     (failed,) = Store(store_path).results(status="failed")
     assert failed.config.model.width == 65536 and "needs about" in failed.error
 

@@ -72,13 +72,14 @@ def bad_input_exits() -> Iterator[None]:
         raise typer.Exit(BAD_INPUT) from None
 
 
-def exit_on_failures(failed: dict[str, str], command: str) -> None:
-    """List the failed runs of this command, one line each, and exit 1; nothing when none failed."""
+def exit_on_failures(failed: dict[str, str], command: str, what: str = "run") -> None:
+    """List the failed runs (or the ``what`` they are grouped by) of this command, one line each, and exit 1;
+    nothing when none failed."""
     if not failed:
         return
     for key, reason in failed.items():
         warn(f"failed: {key}: {reason}")
-    warn(f"error: {len(failed)} runs of this {command} failed (listed above); fix the cause and rerun with "
+    warn(f"error: {len(failed)} {what}{'s' if len(failed) > 1 else ''} of this {command} failed (listed above); fix the cause and rerun with "
          "--retry-failed")
     raise typer.Exit(1)
 

@@ -196,7 +196,7 @@ def minwidth(
                   resamples)
     say(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
-                      for w, reason in widths_.items() if reason.startswith("failed")}, "width search")
+                      for w, reason in widths_.items() if reason.startswith("failed")}, "width search", "width")
 
 
 def _print_search(search, title: str, grid_widths: list[int], resamples: int) -> None:

@@ -87,6 +87,8 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
                 if backend == "local":
                     require_devices(cfg.device for cfg in configs)
             halving = spec.lr_search == "halving"
+            if halving and backend != "local":
+                raise ConfigError("lr_search: halving runs on the local backend only; use --backend local")
             todo = plan(configs, store, reuse, halving=halving)
             finished = FinishedRuns(store, todo.todo)
             planned = SpecPlan(spec, configs, todo, _group_size(group_size, todo.todo),
@@ -101,8 +103,6 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
                 pool = None
             collect = finished.reporting(on_result)
             if halving:
-                if backend != "local":
-                    raise ConfigError("lr_search: halving runs on the local backend only; use --backend local")
                 from sepbench.sweep.halving import run_halving
 
                 halved = run_halving(configs, store, workers=workers, eta=spec.halving_eta, on_result=collect,
