@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from sepbench.claims import select
@@ -81,7 +82,7 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     nowhere = runner.invoke(app, ["reproduce", "--evidence", "--store", str(tmp_path / "none.db")])
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and not (tmp_path / "none.db").exists()
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--set", "train.steps=3"])
-    assert mixed.exit_code == 2 and "--evidence judges the shipped runs as they are" in mixed.stderr
+    assert mixed.exit_code == 2 and "--evidence does not use --set; allowed with it: --claim" in mixed.stderr
     smoke = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--set", "train.steps=3", "--write-evidence",
                                 "--store", str(tmp_path / "smoke.db")])
     assert smoke.exit_code == 2 and "would replace the shipped evidence with overridden runs" in smoke.stderr
@@ -100,6 +101,42 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
         assert missing.exit_code == 2 and missing.stderr.strip().count("\n") == 0, missing.output
         assert f"evidence folder {tmp_path / 'typo'} does not exist" in missing.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "a_file").write_text("x")
+    for flag in ("--evidence", "--resume-evidence"):
+        a_file = runner.invoke(app, ["reproduce", "--claim", CLAIM, flag, "--evidence-dir", str(tmp_path / "a_file"),
+                                     "--store", str(tmp_path / "s.db")])
+        assert a_file.exit_code == 2 and "a_file is a file, not a folder" in a_file.stderr, a_file.output
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--evidence", "--with-model", "lstm"], "--evidence does not use --with-model; allowed with it: --claim, "
+                                             "--scale, --store, --evidence-dir"),
+    (["--evidence", "--out", "{tmp}/out", "--workers", "2"], "--evidence does not use --out, --workers"),
+    (["--list", "--retry-failed"], "--list does not use --retry-failed; allowed with it: --claim, --scale"),
+    (["--with-model", "lstm", "--write-evidence"], "--with-model does not use --write-evidence"),
+    (["--with-model", "lstm", "--settle-ties"], "--with-model does not use --settle-ties"),
+    (["--evidence", "--store", "{tmp}/folder"], "is a directory"),
+    (["--evidence", "--store", "{tmp}/garbage.db", "--claim", "bound-8k"], "file is not a database"),
+    (["--evidence", "--store", "{tmp}/foreign.db"], "foreign.db is an SQLite file of another program (tables: t)"),
+    (["--dry-run", "--claim", CLAIM, "--store", "{tmp}/foreign.db"], "an SQLite file of another program"),
+    (["--claim", CLAIM, "--set", "train.steps=2", "--write-evidence", "--evidence-dir", "{tmp}/garbage.db"],
+     "--evidence-dir {tmp}/garbage.db: {tmp}/garbage.db is a file, not a folder"),
+])
+def test_reproduce_refuses_what_its_mode_would_ignore_or_spoil_before_training(tmp_path, store_path, args, fragment):
+    import sqlite3
+    from contextlib import closing
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "garbage.db").write_text("garbage\n")
+    with closing(sqlite3.connect(tmp_path / "foreign.db")) as foreign:
+        foreign.execute("CREATE TABLE t (x)")
+        foreign.commit()
+    refused = runner.invoke(app, ["reproduce", *[a.format(tmp=tmp_path) for a in args]])
+    assert refused.exit_code == 2 and refused.stderr.strip().count("\n") == 0, refused.output
+    assert fragment.format(tmp=tmp_path) in refused.stderr, refused.stderr
+    assert not store_path.exists() and not (tmp_path / "out").exists()
+    with closing(sqlite3.connect(tmp_path / "foreign.db")) as foreign:
+        assert [row[0] for row in foreign.execute("SELECT name FROM sqlite_master")] == ["t"]
 
 
 def test_the_shipped_evidence_covers_every_theory_claim_and_names_its_code():

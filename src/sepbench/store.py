@@ -158,6 +158,7 @@ class Store:
             raise FileNotFoundError(f"no store at {self.path}")
         try:
             with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
+                _refuse_foreign(conn, self.path)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA busy_timeout=60000")
                 conn.executescript(SCHEMA)
@@ -314,6 +315,16 @@ class Store:
         if not where:
             return "", []
         return " WHERE " + " AND ".join(f"{k} = ?" for k in where), list(where.values())
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise StoreError for an SQLite file of another program (tables, none of them sepbench's): a store is never
+    added to a database it does not own."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and not tables & {"runs", "softmax_vs_linear"}:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise StoreError(f"store {path} is an SQLite file of another program (tables: {shown}); allowed: a sepbench "
+                         "store or a path to create one")
 
 
 def _first_problem(error: ValidationError) -> str:

@@ -33,7 +33,8 @@ def default_root() -> Path:
 def require_root(root: Path) -> Path:
     """``root`` when it is a folder; otherwise a one-line ConfigError naming it and what is allowed."""
     if not Path(root).is_dir():
-        raise ConfigError(f"evidence folder {root} does not exist; allowed: a folder of <scale>/<claim>.jsonl files, "
+        problem = "is a file, not a folder" if Path(root).exists() else "does not exist"
+        raise ConfigError(f"evidence folder {root} {problem}; allowed: a folder of <scale>/<claim>.jsonl files, "
                           f"as `sepbench reproduce --write-evidence` writes them (default here: {default_root()})")
     return Path(root)
 

@@ -52,6 +52,14 @@ class Placement:
     rule: SolvedRule
 
 
+def claim_threshold(claim: Claim, default: float) -> float:
+    """The accuracy the claim's conditions judge by, where they name one and agree on it; else ``default``."""
+    named = {getattr(c, "threshold", None) for c in claim.conditions}
+    named |= {c.solved.threshold for c in claim.conditions if hasattr(c, "solved")}
+    named.discard(None)
+    return named.pop() if len(named) == 1 else default
+
+
 def place(claim: Claim, scale: str, store: Store, model: str, overrides: dict[str, Any] | None = None,
           workers: int = 1, on_result: OnResult | None = None, reuse: Reuse = Reuse(),
           group_size: int | None = None, train: bool = True) -> Placement:
@@ -68,7 +76,8 @@ def place(claim: Claim, scale: str, store: Store, model: str, overrides: dict[st
         run_sweep(todo, store, workers=min(workers, len(todo)), on_result=on_result, reuse=reuse, group_size=size)
     stored = {cfg.config_hash(): store.get(cfg.config_hash()) for cfg in [*catalogue_configs, *added]}
     results = [r for r in stored.values() if r is not None]
-    rule = SolvedRule(threshold=catalogue_configs[0].train.threshold, k=min(2, claim.min_seeds), m=claim.min_seeds)
+    rule = SolvedRule(threshold=claim_threshold(claim, catalogue_configs[0].train.threshold),
+                      k=min(2, claim.min_seeds), m=claim.min_seeds)
     cells = select_lr(results, rule)
     missing = {key for key, result in stored.items() if result is None}
     return Placement(claim, model, cells, len(todo) if train else 0,

@@ -214,9 +214,11 @@ def judge_shipped(claims: Sequence[Claim], scale: str, evidence_dir: Path, mine:
     from sepbench.config import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="sepbench-evidence-") as scratch:
-        if mine is not None and not Path(mine).is_file():
+        if mine is not None and not Path(mine).exists():
             raise ConfigError(f"--store {mine} does not exist; with --evidence it names a store of your runs to "
                               f"judge beside the shipped ones")
+        if mine is not None:
+            Store(mine).check_usable()
         store = Store(Path(scratch) / "evidence.db")
         by_id = {c.id: c for c in claims}
         missing = [i for i in shipped.load(claims, scale, evidence_dir, store) if by_id[i].at(scale).not_run is None]

@@ -26,6 +26,7 @@ class ClaimScale(str, Enum):
 
 
 def reproduce(
+    ctx: typer.Context,
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
     claim_ids: list[str] = typer.Option([], "--claim", help="only this claim (repeat for several; see --list)"),
     scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, minutes to an hour "
@@ -79,13 +80,10 @@ def reproduce(
     started = time.time()
     reuse = Reuse(retry_failed=retry_failed)
     with bad_input_exits():
+        _refuse_unused(ctx, evidence, with_model is not None, list_only)
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
-        if evidence and (overrides or dry_run or write_evidence or settle_ties or resume_evidence):
-            raise ConfigError("--evidence judges the shipped runs as they are; allowed with it: --claim, --scale, "
-                              "--store, --evidence-dir (not --set, --dry-run, --write-evidence, --settle-ties or "
-                              "--resume-evidence)")
         if write_evidence and overrides and evidence_dir is None:
             raise ConfigError("--write-evidence with --set would replace the shipped evidence with overridden runs; "
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
@@ -94,9 +92,13 @@ def reproduce(
             _from_evidence(claims, scale.value, evidence_dir, store)
             return
         db = Store(store)
+        if not list_only:
+            db.check_usable()
         if not list_only and not dry_run:
             db.check_writable()
             require_folder(out_dir)
+            if write_evidence:
+                require_folder(evidence_dir, flag="--evidence-dir")
         if resume_evidence and not list_only:
             db = _resume_from_evidence(claims, scale.value, evidence_dir, db, dry_run)
         plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
@@ -107,7 +109,8 @@ def reproduce(
         _print_catalogue(claims, scale.value)
         return
     if with_model is not None:
-        _place_model(claims, with_model, scale.value, db, overrides, workers, reuse, group_size, dry_run, started)
+        _place_model(claims, with_model, scale.value, db, overrides, workers, reuse, group_size, dry_run, started,
+                     Store(store).path)
         return
     if dry_run:
         _print_plan(plans, db, workers, scale.value)
@@ -129,6 +132,29 @@ def reproduce(
     say(f"wrote {page} with {len(verdicts)} figures")
     if write_evidence:
         _write_evidence(claims, scale.value, db, evidence_dir, overrides)
+
+
+ALLOWED_WITH = {
+    "--evidence": {"paper", "claim_ids", "scale", "store", "evidence_dir", "evidence"},
+    "--with-model": {"paper", "claim_ids", "scale", "store", "workers", "assignments", "dry_run", "retry_failed",
+                     "group_size", "with_model", "checkpoints", "tensorboard", "evidence_dir", "resume_evidence"},
+    "--list": {"paper", "claim_ids", "scale", "list_only"},
+}
+"""The options each mode of ``reproduce`` uses; any other given beside it would be silently ignored."""
+
+
+def _refuse_unused(ctx: typer.Context, evidence: bool, with_model: bool, list_only: bool) -> None:
+    """Raise ConfigError for an option given on the command line that the chosen mode would ignore."""
+    mode = "--list" if list_only else "--evidence" if evidence else "--with-model" if with_model else None
+    if mode is None:
+        return
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    given = [name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"]
+    unused = [flags[name] for name in given if name not in ALLOWED_WITH[mode]]
+    if unused:
+        allowed = ", ".join(flags[n] for n in flags if n in ALLOWED_WITH[mode] and flags[n].startswith("--")
+                            and flags[n] != mode)
+        raise ConfigError(f"{mode} does not use {', '.join(unused)}; allowed with it: {allowed}")
 
 
 def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
@@ -197,8 +223,9 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
 
 
 def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: int, reuse,
-                 group_size: int | None, dry_run: bool, started: float) -> None:
-    """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands."""
+                 group_size: int | None, dry_run: bool, started: float, shown: Path) -> None:
+    """``reproduce --with-model``: train ``model`` on each sweep claim's runs, then print where it stands.
+    ``shown``: the user's store (``db`` is a scratch copy in a dry run with --resume-evidence)."""
     from sepbench.claims.placement import added_model_configs, place_all
     from sepbench.sweep import SweepInterrupted, plan
     from sepbench.sweep.progress import SweepProgress
@@ -217,7 +244,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
             db.check_writable()
             require_devices(cfg.device for configs in added.values() for cfg in configs)
     out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
-              f"to train in {db.path}; the catalogue's models are not trained, their stored runs are shown",
+              f"to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
         return
