@@ -28,7 +28,7 @@ def test_complex_state_counts_two_floats_per_number():
     assert count_state_floats([torch.zeros(3, dtype=torch.complex64), torch.zeros(2), torch.zeros(4, dtype=torch.long)]) == 8
 
 
-# Yang et al. 2024, Table 2 (GFLOPs) and the minimum solving widths the spec (seed000 sec. 4.3) derives from it
+# Yang et al. 2024, Table 2 (GFLOPs) and the minimum solving widths its numbers imply
 TABLE2 = {
     "transformer": ([64, 128, 128, 128], [0.027, 0.266, 0.426, 0.605]),
     "sparse_transformer": ([128, 256, 256, 256], [0.106, 1.055, 1.690, 2.399]),
@@ -66,3 +66,10 @@ def test_models_details_prints_every_architecture(tmp_path):
         assert f"{model_cost(name, 16, 1, 64).parameters:,}" in row
     bad = CliRunner().invoke(app, ["models", "--details", "--width", "15"])
     assert bad.exit_code == 2 and "not divisible by heads" in bad.output
+
+
+def test_both_flops_columns_count_the_same_tokens():
+    from sepbench.models.accounting import paper_flops
+
+    cost = model_cost("transformer", width=256, layers=3, length=102)
+    assert cost.paper_flops == paper_flops("transformer", 256, 3, 100) == 102 * (2 * 3 * 12 * 256**2 + 1.4e4)

@@ -1,4 +1,4 @@
-"""The CoT tasks reproduce the reference formats (specs/cot_benchmark.md) and the paper's CoT lengths."""
+"""The CoT tasks reproduce the reference formats (docs/cot_tasks.md) and the paper's CoT lengths."""
 import random
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Reconstruction-independent checks of Deng et al.'s objects (seed002 sec. 9, exact part)."""
+"""Reconstruction-independent checks of Deng et al.'s objects."""
 import math
 
 import pytest

@@ -1,4 +1,4 @@
-"""Reconstruction-level expectations of seed002 sec. 9 for R1-R3, fixed seeds, tolerance 0.05.
+"""Reconstruction-level expectations of the reconstruction for R1-R3, fixed seeds, tolerance 0.05.
 
 Where a point is cheap the trial count is raised above the spec's 100-200 so that +-0.05 is at least about
 2.3 binomial standard errors; the expectations themselves are the spec's (sec. 7 and sec. 9).

@@ -48,7 +48,8 @@ def list_models(
                           f"{cost.paper_flops:.4g}")
     out.print(table)
     out.print("state: floats per example after `length` tokens; FLOPs: matrix products of one forward pass "
-              "(2 per multiply-add); Table-2 FLOPs: Yang et al.'s convention, (L+2)(24 layers d^2 + 1.4e4)")
+              "(2 per multiply-add); Table-2 FLOPs: Yang et al.'s convention over the same tokens, "
+              "length x (24 layers d^2 + 1.4e4), length = L + 2 for CoT length L")
 
 
 def _listing(kind: str, registry: Registry) -> Table:

@@ -12,7 +12,7 @@ from sepbench.models.backbone import SequenceModel
 from sepbench.models.mixers.cpu_kernels import pytorch_forms
 
 PAPER_TOKEN_OVERHEAD = 1.4e4
-"""Per-token FLOPs beyond 72 d^2 that Yang et al.'s Table 2 implies (seed000 spec, sec. 4.3, formula B)."""
+"""Per-token FLOPs beyond 72 d^2 that Yang et al.'s Table 2 implies (reconstructed from its numbers; docs/models.md)."""
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -111,7 +111,7 @@ def paper_flops(model: str, width: int, layers: int, length: int, overhead: floa
 
     One forward pass over the L + 2 padded tokens, 2 FLOPs per multiply-accumulate of the QKV, output and
     4d MLP matrices, no attention term (so every architecture costs the same at a given width; the
-    spec's reconstruction, seed000 sec. 4.3, formula B). ``model`` must be a registered architecture.
+    formula reconstructed from Table 2's numbers, docs/models.md). ``model`` must be a registered architecture.
     """
     from sepbench.models import MODELS
 
@@ -131,10 +131,11 @@ class ModelCost:
 
 
 def model_cost(name: str, width: int, layers: int, length: int, vocab_size: int = 32, heads: int = 4) -> ModelCost:
-    """Parameters, closed-form state after ``length`` tokens and closed-form forward FLOPs at that length."""
+    """Parameters, closed-form state after ``length`` tokens and closed-form forward FLOPs at that length; the
+    Table-2 FLOPs count the same ``length`` tokens (CoT length L = ``length`` - 2 in Yang et al.'s convention)."""
     from sepbench.config import ModelConfig
     from sepbench.models import build_model
 
     model = build_model(ModelConfig(name=name, width=width, layers=layers, heads=heads), vocab_size, length)
     return ModelCost(name, count_parameters(model), state_size(model, length), forward_flops(model, length),
-                     paper_flops(name, width, layers, length))
+                     paper_flops(name, width, layers, length - 2))

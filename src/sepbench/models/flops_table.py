@@ -15,7 +15,7 @@ PAPER_MIN_WIDTHS = {
     "sparse_transformer": (128, 256, 256, 256),
     "linear_transformer": (256, 512, 512, 512),
 }
-"""The smallest widths reaching 90% on Arithmetic that Table 2 implies (seed000 spec, sec. 4.3)."""
+"""The smallest widths reaching 90% on Arithmetic that Table 2 implies (Yang et al. 2024, Table 2; docs/models.md)."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SequenceFlops:
 
 def sequence_flops(model: str, width: int, layers: int, length: int, heads: int = 4, vocab_size: int = 21) -> SequenceFlops:
     """Both counts over T = L + 2 tokens: the paper's ``(L+2)(24 layers d^2 + 1.4e4)`` (Yang et al. 2024,
-    Table 2, as reconstructed in the seed000 spec sec. 4.3) and the closed-form count of every matrix product
+    Table 2, as reconstructed from its numbers, docs/models.md) and the closed-form count of every matrix product
     of this architecture, attention scores and the output head included (``accounting.forward_flops``)."""
     tokens = length + 2
     network = build_model(ModelConfig(name=model, width=width, layers=layers, heads=heads), vocab_size, tokens)

@@ -1,8 +1,7 @@
 """Deng et al., "Why Softmax Attention Outperforms Linear Attention" (arXiv 2310.11685 v2), reconstructed.
 
-The source text lost every formula. The definitions here follow the reconstruction in
-``shared/specs/seed002.md`` (confidence-labelled there, summarised in ``docs/softmax_vs_linear.md``):
-the attention maps and the random networks are standard, the datasets R1/R2/R3 are our own choices that
+The source text lost every formula. The definitions here are a reconstruction, each object's status in
+``docs/softmax_vs_linear.md``: the attention maps and the random networks are standard, the datasets R1/R2/R3 are our own choices that
 satisfy the paper's lemmas, and every sweep range is ours, not the paper's.
 """
 from sepbench.theory.softmax_vs_linear.attention import (

@@ -1,7 +1,7 @@
 """Softmax and linear attention on column-token matrices, plain and in tensor-trick form.
 
 Deng et al. Eq. (1): ``Att_exp(X, Y) = D^-1 exp(X^T W Y) Y^T W_V`` with ``D = diag(exp(X^T W Y) 1_n)``;
-linear attention replaces exp by the identity and keeps the row normalisation (seed002 sec. 2, [H]).
+linear attention replaces exp by the identity and keeps the row normalisation (Eq. 1).
 Tokens are the columns of X (queries) and Y (keys/values). Every function takes optional leading batch
 dimensions and optional token multiplicities (``counts``): a key column with count c stands for c identical
 columns, which is exact and lets structured datasets with many repeated columns stay O(d) per row.

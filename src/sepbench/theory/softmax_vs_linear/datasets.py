@@ -1,4 +1,4 @@
-"""The distinguishing datasets D0 / D1 of each model, as reconstructed in seed002 sec. 4 (R1, R2, R3).
+"""The distinguishing datasets D0 / D1 of each model, as reconstructed (R1, R2, R3; docs/softmax_vs_linear.md).
 
 The paper's values were stripped from the text: the shapes follow its surviving prose (one dominant
 coordinate, Type I/II/III columns, "all the entries are [..]", "one-sparse"), every constant is ours and

@@ -1,6 +1,6 @@
 """The success event E and the runner: count E over independent random networks (Deng et al. sec. 7).
 
-E = {F_exp(D0) = 0} and {F_exp(D1) > 0} and {F_lin(D0) = 0} and {F_lin(D1) = 0} (seed002 sec. 5, [M]):
+E = {F_exp(D0) = 0} and {F_exp(D1) > 0} and {F_lin(D0) = 0} and {F_lin(D1) = 0} (reconstructed, sec. 7):
 softmax distinguishes the pair, linear attention outputs 0 on both. Each trial draws a fresh Rademacher
 readout W (shared by the softmax and the linear network) and a fresh (D0, D1) pair; all trials of a
 setting are evaluated as one batch (split into chunks only to bound memory).

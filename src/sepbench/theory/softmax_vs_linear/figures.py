@@ -1,6 +1,6 @@
 """The sweeps in the paper's figure layout (Fig. 3 a-b, 4 a-f, 5 a-f, 7 a-e), their CSV, plot and store rows.
 
-Only the layout survives in the source text (seed002 sec. 6): which parameter each panel sweeps, every
+Only the layout survives in the source text (docs/softmax_vs_linear.md): which parameter each panel sweeps, every
 range, step and fixed value are ours, read from ``configs/deng2023/<figure>.yaml``.
 """
 from __future__ import annotations

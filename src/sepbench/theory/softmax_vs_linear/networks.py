@@ -1,4 +1,4 @@
-"""The random readout networks: m Rademacher units, ReLU with threshold tau, summed (seed002 sec. 3, [M])."""
+"""The random readout networks: m Rademacher units, ReLU with threshold tau, summed (reconstructed, Defs 3.4-3.7)."""
 from __future__ import annotations
 
 import math
