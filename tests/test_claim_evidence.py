@@ -115,6 +115,7 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
     (["--list", "--retry-failed"], "--list does not use --retry-failed; allowed with it: --claim, --scale"),
     (["--with-model", "lstm", "--write-evidence"], "--with-model does not use --write-evidence"),
     (["--with-model", "lstm", "--settle-ties"], "--with-model does not use --settle-ties"),
+    (["--claim", "deng-r1", "--set", "train.bogus=3"], "--set changes the runs of learned claims; deng-r1 is a theory"),
     (["--evidence", "--store", "{tmp}/folder"], "is a directory"),
     (["--evidence", "--store", "{tmp}/garbage.db", "--claim", "bound-8k"], "file is not a database"),
     (["--evidence", "--store", "{tmp}/foreign.db"], "foreign.db is an SQLite file of another program (tables: t)"),

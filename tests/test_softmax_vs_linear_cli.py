@@ -67,17 +67,22 @@ def write_config(folder, **changes):
         (["mine", "--config-dir", "{two_grids}"], "give exactly one of 'values' and 'range'"),
         (["fig3a", "--device", "cuda:7"], "--device"),
         (["learned", "--lengths", "8,x"], "--lengths expects comma-separated integers"),
-        (["learned", "--lengths", "2"], "learned lengths.0"),
+        (["learned", "--lengths", "2"], "--lengths expects n >= 3 for the learned comparison, got '2'"),
+        (["fig3a", "--device", "banana"], "--device 'banana' is not a device; allowed: auto, cpu, cuda, cuda:N or mps"),
+        (["fig3a", "--config-dir", "{tmp}/missing"], "--config-dir {tmp}/missing is not a folder"),
+        (["fig3a", "--lengths", "8", "--steps", "5"], "--lengths, --steps apply to the learned comparison only"),
+        (["learned", "--trials", "3"], "--trials applies to the figures only, not to the learned comparison"),
+        (["learned", "--store", "{tmp}/mine.db"], "--store applies to the figures only"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, store_path, args, fragment):
     folders = {"{bad_field}": write_config(tmp_path / "a", colour="red"),
                "{bad_value}": write_config(tmp_path / "b", model="self", fixed={"d": 32, "k": 64}),
                "{two_grids}": write_config(tmp_path / "c", range=[1, 2, 1])}
-    args = [str(folders.get(a, a)) for a in args]
+    args = [str(folders.get(a, a)).format(tmp=tmp_path) for a in args]
     result = runner.invoke(app, ["softmax-vs-linear", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
-    assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert fragment.format(tmp=tmp_path) in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() and not store_path.exists()
 
 

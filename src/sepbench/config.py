@@ -101,6 +101,14 @@ choice): no hash sees them, so runs stored before such an option existed keep th
 and ``kernel`` stay in the hash, which names every Mamba run stored since they came."""
 
 
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def is_device_name(name: str) -> bool:
+    """Whether ``name`` is a device a run may ask for (``DEVICES``), present on this machine or not."""
+    return re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", name) is not None
+
+
 class RunConfig(StrictModel):
     task: TaskConfig = Field(default_factory=TaskConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -111,8 +119,8 @@ class RunConfig(StrictModel):
     @field_validator("device")
     @classmethod
     def _known_device(cls, device: str) -> str:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", device):
-            raise ValueError("allowed: auto, cpu, cuda, cuda:N or mps")
+        if not is_device_name(device):
+            raise ValueError(f"allowed: {DEVICES}")
         return device
 
     @model_validator(mode="after")

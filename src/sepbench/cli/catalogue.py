@@ -89,10 +89,13 @@ def table2(
     layers: int = typer.Option(3, min=1, help="number of blocks"),
 ) -> None:
     """Yang et al. 2024 Table 2: minimum GFLOPs to reach 90%, from the smallest solving widths."""
-    from sepbench.models.flops_table import PAPER_MIN_WIDTHS, table2 as build_table
+    from sepbench.models.flops_table import PAPER_LENGTHS, PAPER_MIN_WIDTHS, table2 as build_table
 
     with bad_input_exits():
         columns = tuple(parse_lengths(lengths, "--lengths"))
+        if not dims and columns != PAPER_LENGTHS:
+            raise ConfigError(f"the default widths are Table 2's, for the lengths {','.join(map(str, PAPER_LENGTHS))} "
+                              f"only; for --lengths {lengths} give the widths: --dims MODEL=d1,d2,... (one per length)")
         widths = dict(_parse_dims(item) for item in dims) if dims else dict(PAPER_MIN_WIDTHS)
         rows = model_call("--dims", lambda: build_table(widths, columns, layers))
     for convention in ("paper", "true"):

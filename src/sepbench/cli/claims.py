@@ -84,6 +84,9 @@ def reproduce(
         use_folders(checkpoints=checkpoints, tensorboard=tensorboard)
         claims = select(paper, claim_ids)
         overrides = parse_assignments(assignments)
+        if overrides and all(c.kind == "theory" for c in claims):
+            raise ConfigError(f"--set changes the runs of learned claims; {', '.join(c.id for c in claims)} "
+                              f"{'is a theory claim' if len(claims) == 1 else 'are theory claims'} with none")
         if write_evidence and overrides and evidence_dir is None:
             raise ConfigError("--write-evidence with --set would replace the shipped evidence with overridden runs; "
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")

@@ -87,8 +87,11 @@ def base_config(config_file: Path | None, flags: dict[str, object], assignments:
 
 
 def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
+    parts = text.split(",")
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        if text.strip() and not all(part.strip() for part in parts):
+            raise ValueError
+        values = [int(part) for part in parts if part.strip()]
     except ValueError:
         raise ConfigError(f"{flag} expects comma-separated integers, got '{text}'") from None
     if at_least_one and not values:

@@ -35,9 +35,12 @@ def construct(
         sizes = given_lengths(length, lengths)
         small = [n for n in sizes if n < 4 or (name != "index_lookup" and n % 2)]
         if small:
-            raise ConfigError(f"lengths must be >= 4 (and even for {name}); got {small}")
+            rule = "at least 4" if name == "index_lookup" else f"even and at least 4 for {name}"
+            raise ConfigError(f"lengths must be {rule}; got {small}")
         if queries not in ("recall", "margin"):
             raise ConfigError(f"--queries must be recall or margin, got '{queries}'")
+        if queries != "recall" and not name.startswith("nearest_neighbor"):
+            raise ConfigError(f"--queries applies to nearest_neighbor and nearest_neighbor_copy, not {name}")
         if code_width is not None and code_width < 1:
             raise ConfigError(f"--code-width must be >= 1, got {code_width}")
         if code_width is not None and find_min_width:
@@ -90,6 +93,7 @@ def bounds(
 
 
 def softmax_vs_linear(
+    ctx: typer.Context,
     figure: str = typer.Argument(..., help="a figure id (fig3a, fig3b, fig4a-f, fig5a-f, fig7a-e) or 'learned'"),
     out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
     trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
@@ -107,6 +111,18 @@ def softmax_vs_linear(
     from sepbench.theory.softmax_vs_linear import figures
 
     with bad_input_exits():
+        if config_dir is not None and not config_dir.is_dir():
+            raise ConfigError(f"--config-dir {config_dir} is not a folder; allowed: a folder of figure configs "
+                              f"such as {figures.CONFIG_DIR}")
+        unused = ({"--lengths": lengths, "--steps": steps} if figure != "learned" else
+                  {"--trials": trials, "--config-dir": config_dir,
+                   "--store": store if getattr(ctx.get_parameter_source("store"), "name", "") == "COMMANDLINE"
+                   else None})
+        given = [flag for flag, value in unused.items() if value is not None]
+        if given:
+            where = ("the figures only, not to the learned comparison" if figure == "learned" else
+                     f"the learned comparison only, not to figure {figure}")
+            raise ConfigError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to {where}")
         known = figures.figure_ids(config_dir or figures.CONFIG_DIR)
         if figure != "learned" and figure not in known:
             folder = config_dir or figures.CONFIG_DIR
@@ -114,7 +130,8 @@ def softmax_vs_linear(
             raise ConfigError(f"unknown figure '{figure}'; allowed: {allowed}")
         where = _device(device)
         require_folder(out_dir)
-        Store(store).check_writable()
+        if figure != "learned":
+            Store(store).check_writable()
         if figure == "learned":
             learned = _learned_config(lengths, steps, seed)
         else:
@@ -140,8 +157,11 @@ def softmax_vs_linear(
 
 
 def _device(name: str) -> str:
+    from sepbench.config import DEVICES, is_device_name
     from sepbench.train.environment import resolve_device
 
+    if not is_device_name(name):
+        raise ConfigError(f"--device '{name}' is not a device; allowed: {DEVICES}")
     try:
         return str(resolve_device(name))
     except (ValueError, RuntimeError) as problem:
@@ -151,7 +171,10 @@ def _device(name: str) -> str:
 def _learned_config(lengths: str | None, steps: int | None, seed: int | None):
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
-    fields = {"lengths": parse_lengths(lengths, "--lengths") if lengths else None, "steps": steps, "seed": seed}
+    sizes = parse_lengths(lengths, "--lengths") if lengths else None
+    if sizes and min(sizes) < 3:
+        raise ConfigError(f"--lengths expects n >= 3 for the learned comparison, got '{lengths}'")
+    fields = {"lengths": sizes, "steps": steps, "seed": seed}
     try:
         return LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as problem:
