@@ -106,7 +106,10 @@ def narrowest(table: Table) -> int:
 
 
 def print_whole(table: Table) -> None:
-    """Print ``table`` on a console wide enough for its every column's minimum width."""
+    """Print ``table`` on a console wide enough for its every column's minimum width, a value too long for its
+    column folded onto the next line, never cut."""
+    for column in table.columns:
+        column.overflow = "fold"
     needed = narrowest(table)
     console = out if needed <= out.width else Console(width=needed)
     console.print(table)

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, out
+from sepbench.cli.app import bad_input_exits, out, print_whole
 from sepbench.cli.options import model_call, parse_lengths
 from sepbench.config import ConfigError, describe_validation_error
 from sepbench.registry import MODELS, TASKS, Registry
@@ -46,7 +46,7 @@ def list_models(
                 raise ConfigError(f"--details for {entry.name}: {problem}") from None
             table.add_row(entry.name, f"{cost.parameters:,}", f"{cost.state_floats:,}", f"{cost.flops:.4g}",
                           f"{cost.paper_flops:.4g}")
-    out.print(table)
+    print_whole(table)
     out.print("state: floats per example after `length` tokens; FLOPs: matrix products of one forward pass "
               "(2 per multiply-add); Table-2 FLOPs: Yang et al.'s convention over the same tokens, "
               "length x (24 layers d^2 + 1.4e4), length = L + 2 for CoT length L")
@@ -103,7 +103,7 @@ def table2(
         table = Table("model", *(f"L={n}" for n in columns), title=title)
         for model, cells in rows.items():
             table.add_row(model, *(f"{getattr(c, convention) / 1e9:.3f}" for c in cells))
-        out.print(table)
+        print_whole(table)
 
 
 def _parse_dims(item: str) -> tuple[str, tuple[int, ...]]:
@@ -150,7 +150,7 @@ def check_plugin(
     style = {"pass": "green", "fail": "bold red", "absent": "yellow"}
     for check in checks:
         table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", Text(check.detail))
-    out.print(table)
+    print_whole(table)
     counts = {status: sum(c.status == status for c in checks) for status in style}
     out.print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['absent']} absent", highlight=False)
     if counts["fail"]:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, say, warn
+from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, print_whole, say, warn
 from sepbench.cli.options import (
     checkpoints_option, group_size_option, require_folder, retry_failed_option, store_option, tensorboard_option,
     use_folders,
@@ -212,8 +212,10 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
     from sepbench.claims.tables import beside_rows
 
     judged = judge_shipped(claims, scale, evidence_dir, store)
+    not_run = sum(c.at(scale).not_run is not None for c in claims)
+    unrun = f", {not_run} not run at the {scale} scale" if not_run else ""
     say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained); "
-        f"{len(judged.missing)} of {len(claims)} claims have none")
+        f"{len(judged.missing)} of {len(claims)} claims have none{unrun}")
     _print_verdicts(judged.verdicts, scale, {})
     if judged.mine is not None:
         table = Table(title=f"shipped evidence beside {store}")
@@ -221,7 +223,7 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
             table.add_column(column, no_wrap=column == "claim")
         for row in beside_rows(judged.verdicts, judged.mine):
             table.add_row(*row)
-        out.print(table)
+        print_whole(table)
         say(f"yours: {tally(judged.mine)}")
 
 
@@ -272,7 +274,7 @@ def _print_placement(placement, scale: str) -> None:
     for task, length, name, added, *rest in placement_rows(placement):
         table.add_row(task, length, Text(name, style="bold" if added else ""), *rest)
     out.print(f"claim: {claim.text}", highlight=False, soft_wrap=True, markup=False)
-    out.print(table)
+    print_whole(table)
     rule = placement.rule
     say(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
         f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.")
@@ -316,7 +318,7 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
         table.add_column(column)
     for row in planned.rows:
         table.add_row(*row)
-    out.print(table)
+    print_whole(table)
     for p in plans:
         if p.claim.at(scale).not_run is not None:
             out.print(f"{p.claim.id}: not run at the {scale} scale: {p.claim.at(scale).not_run}", highlight=False,
@@ -354,7 +356,7 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     for row in rows:
         table.add_row(*row)
     if narrowest(table) <= out.width:
-        out.print(table)
+        print_whole(table)
     else:
         _print_verdict_blocks(title, rows)
     say(tally(verdicts))

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from sepbench.cli.app import BAD_INPUT, bad_input_exits, interrupted, out, warn
+from sepbench.cli.app import BAD_INPUT, bad_input_exits, interrupted, print_whole, warn
 from sepbench.cli.options import (
     build_run_config, checkpoints_option, data_cache_option, parse_lengths, store_option, tensorboard_option, use_folders,
 )
@@ -120,4 +120,4 @@ def _print_result(result, path: Path) -> None:
     }
     for name, value in rows.items():
         table.add_row(name, "-" if value is None else str(value))
-    out.print(table)
+    print_whole(table)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from sepbench.cli.app import bad_input_exits, err, exit_on_failures, interrupted, out, say, warn
+from sepbench.cli.app import bad_input_exits, err, exit_on_failures, interrupted, print_whole, say, warn
 from sepbench.cli.options import (
     base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
     retry_failed_option, store_option, tensorboard_option, use_folders,
@@ -216,7 +216,7 @@ def _print_search(search, title: str, grid_widths: list[int], resamples: int) ->
         if open_below:
             found = f"{found} (width {', '.join(map(str, open_below))} did not train: undetermined)"
         table.add_row(str(n), found, tried)
-    out.print(table)
+    print_whole(table)
     for n, reason in search.left_out(grid_widths).items():
         say(f"left out of the fits: N={n} ({reason})")
     determined = search.exact(grid_widths)

@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from sepbench.cli.app import bad_input_exits, err, out
+from sepbench.cli.app import bad_input_exits, err, out, print_whole
 from sepbench.cli.options import OutputFormat, given_lengths, parse_lengths, require_folder, store_option
 from sepbench.config import ConfigError
 
@@ -60,7 +60,7 @@ def construct(
         details = ", ".join(f"{k}={v:.3g}" for k, v in built.details.items())
         table.add_row(str(n), str(built.model.config.layers), str(built.code_width), str(built.width),
                       str(count), accuracy, details)
-    out.print(table)
+    print_whole(table)
 
 
 def bounds(
@@ -89,7 +89,7 @@ def bounds(
         for row in frame.itertuples(index=False):
             table.add_row(str(row.length), row.theorem, row.architecture, row.quantity, f"{row.value:.4g}",
                           str(row.minimum), row.statement)
-        out.print(table)
+        print_whole(table)
 
 
 def softmax_vs_linear(
@@ -152,7 +152,7 @@ def softmax_vs_linear(
     for row in frame.itertuples(index=False):
         table.add_row(f"{row.value:g}", str(row.successes), str(row.trials), str(row.exp_d0_zero),
                       str(row.exp_d1_positive), str(row.lin_d0_zero), str(row.lin_d1_zero))
-    out.print(table)
+    print_whole(table)
     out.print(f"wrote {csv} and {png}; {len(frame)} points stored in {db.path}")
 
 
@@ -193,5 +193,5 @@ def _learned(config, out_dir: Path, device: str) -> None:
     table = Table("n", "softmax test acc", "linear test acc", title="learned D0-vs-D1 classifiers (R2 data, reconstructed)")
     for n, row in wide.iterrows():
         table.add_row(str(n), f"{row['exp']:.3f}", f"{row['lin']:.3f}")
-    out.print(table)
+    print_whole(table)
     out.print(f"wrote {path}")
