@@ -414,3 +414,42 @@ def test_settle_ties_trains_first_the_ties_a_condition_waits_on_alone(tmp_path):
     # the one-layer Transformer's condition waits on its ties alone, the two-layer's also on its rising curve
     layers = [cfg.model.layers for cfg in plan.todo]
     assert layers == [1] * 15 + [2] * 15, layers
+
+
+def test_settle_ties_stops_training_a_conditions_ties_once_a_settled_rate_decides_it(tmp_path, monkeypatch):
+    """Scheduling only: the trainer is replaced by one that stores set curves, as a decided condition must come
+    from the data, which real training at test sizes cannot be made to give."""
+    import sepbench.claims.reproduce as reproduce
+
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:  # as in the test above: the one-layer Transformer's condition waits on its ties alone
+        if cfg.model.name == "lstm" and cfg.train.lr == 1e-3:
+            store.put(_run(cfg, [(250, 0.5, 0.69), (500, 0.5, 0.69), (750, 0.99, 0.01)], status="solved"))
+        elif cfg.model.layers == 2 and cfg.train.lr in (1e-3, 5e-3):
+            store.put(_run(cfg, [(250, 0.5, 0.69), (500, 0.5, 0.69)] + [(s, 0.5 + s / 10_000, 0.69 - s / 10_000)
+                                                                         for s in range(750, 4001, 250)]))
+        else:
+            store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    rounds = []
+
+    def trained(todo, db, **_):
+        """The one-layer Transformer solves at every rate it is trained at; every other run stays at chance."""
+        rounds.append([(cfg.model.layers, cfg.train.lr) for cfg in todo])
+        level = 0.97 if cfg_is_shallow(todo[0]) else 0.5
+        for cfg in todo:
+            db.put(_run(cfg, [(s, level, 0.3) for s in range(250, 4001, 250)]))
+
+    def cfg_is_shallow(cfg):
+        return cfg.model.name == "transformer" and cfg.model.layers == 1
+
+    monkeypatch.setattr(reproduce, "run_sweep", trained)
+    reproduce.train_claims([claim], "cpu", store, EVAL, settle_ties=True)
+    # one rate a round on one CPU worker: the one-layer Transformer's first tied rate reaching 0.97 decides its
+    # condition (it must stay below 0.95), so its four other tied rates are never trained
+    assert rounds[0] == [(1, 1e-2)] * 3 and all(layers == 2 for r in rounds[1:] for layers, _ in r), rounds
+    assert sorted({lr for r in rounds[1:] for _, lr in r}) == [1e-6, 5e-5, 1e-4, 5e-4, 1e-2], rounds
+    still_cut = {(cfg.model.layers, cfg.train.lr) for cfg in configs
+                 if cfg.model.name == "transformer" and store.get(cfg.config_hash()).status == "pruned"}
+    assert still_cut == {(1, lr) for lr in (5e-4, 1e-4, 5e-5, 1e-6)}, still_cut

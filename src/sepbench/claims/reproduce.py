@@ -29,6 +29,9 @@ class ClaimPlan:
     """The claim's specs that search learning rates by successive halving, with their runs (``halving_specs``)."""
     settled: set[str] = field(default_factory=set)
     """Config hashes of the runs of rates the search cut on a tie, to train in full (``settle_ties``)."""
+    settle_first: list[str] = field(default_factory=list)
+    """Those of ``settled`` that one condition waits on, first in ``todo``, in order: a round of ``train_claims``
+    trains the first rates of them, then plans again, as the rest may no longer count."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -58,7 +61,8 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
         return ClaimPlan(claim, [], [], 0, scale)
     configs = claim.configs(scale, overrides)
     searches = halving_specs(claim, scale, overrides)
-    settling = waited_on(claim, scale, configs, store) if settle_ties else []
+    groups = waited_on(claim, scale, configs, store) if settle_ties else []
+    settling = [h for group in groups for h in group]
     settled = set(settling)
     halved = {cfg.config_hash() for _, runs in searches for cfg in runs} - settled
     by_grid = plan([cfg for cfg in configs if cfg.config_hash() not in halved], store, reuse)
@@ -68,18 +72,24 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
     ordered = sorted((cfg for cfg in configs if cfg.config_hash() in todo),
                      key=lambda cfg: rank.get(cfg.config_hash(), len(rank)))
     return ClaimPlan(claim, configs, ordered, len(by_grid.failed_kept) + len(by_halving.failed_kept), scale,
-                     searches, settled)
+                     searches, settled, groups[0] if groups else [])
 
 
-def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> list[str]:
+def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> list[list[str]]:
     """Config hashes of the runs of every learning rate a search cut on a tie that the claim's verdicts, judged on
-    the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``), those of conditions
-    that wait on nothing else first. A tie on a side whose rise could not change its verdict is left as the search
-    cut it."""
+    the stored runs, wait on (a side whose rise could change a verdict; ``Outcome.waits_on``), one group per
+    condition, those of conditions that wait on nothing else first. A tie on a side whose rise could not change
+    its verdict is left as the search cut it."""
     outcomes = evaluate_runs(claim, scale, configs, _stored(configs, store))
     ordered = sorted(outcomes, key=lambda o: not (o.reasons and all(SEARCH_TIE in reason for reason in o.reasons)))
     position = {cfg.config_hash(): i for i, cfg in enumerate(configs)}
-    return list(dict.fromkeys(h for o in ordered for h in sorted(o.waits_on, key=position.__getitem__)))
+    groups, seen = [], set()
+    for outcome in ordered:
+        group = [h for h in sorted(outcome.waits_on, key=position.__getitem__) if h not in seen]
+        seen.update(group)
+        if group:
+            groups.append(group)
+    return groups
 
 
 def _stored(configs: Sequence[RunConfig], store: Store) -> dict[str, RunResult]:
@@ -150,7 +160,9 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
     """Train what the learned claims still need: each claim's learning-rate searches in turn, then the grid runs
     of all of them (settled rates included) as one sweep, so that ``workers`` are shared across claims, stacked by
     the device's group size unless ``group_size`` says. ``settle_ties``: the rates the searches cut on a tie that
-    a verdict waits on (``plan_claim``), round after round while the rates settled so far tie further cuts to them.
+    a verdict waits on (``plan_claim``), a few rates of one condition a round (``_first_rates``), planning again
+    after each: a settled rate can decide its condition (the rest of its ties then no longer count) or tie
+    further cuts to it.
     """
     from sepbench.sweep.grouped import default_group_size
     from sepbench.sweep.halving import run_halving
@@ -173,14 +185,39 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
                                 finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
                 halved |= hashes
             searched |= halved
-            grid.update((cfg.config_hash(), cfg) for cfg in claim_plan.todo if cfg.config_hash() not in halved)
+            grid.update((cfg.config_hash(), cfg) for cfg in claim_plan.todo
+                        if cfg.config_hash() not in halved | claim_plan.settled | trained)
+            grid.update((cfg.config_hash(), cfg) for cfg in _first_rates(claim_plan, trained, workers, group_size))
         if grid:
             size = group_size or default_group_size(next(iter(grid.values())).device)
             run_sweep(list(grid.values()), store, workers=min(workers, len(grid)), on_result=on_result,
                       reuse=reuse, group_size=size)
-        trained |= todo
-        if not settle_ties:
+        new = set(grid) | (searched & todo)
+        if not settle_ties or new <= trained:
             return
+        trained |= new
+
+
+def _first_rates(claim_plan: ClaimPlan, trained: set[str], workers: int, group_size: int | None
+                 ) -> list[RunConfig]:
+    """The runs of the first tied rates of ``claim_plan.settle_first`` not yet trained: whole rates (every seed),
+    as many as fill the workers and their stacks, at least one."""
+    from sepbench.sweep.grouped import default_group_size
+
+    first = set(claim_plan.settle_first) - trained
+    waiting = [cfg for cfg in claim_plan.todo if cfg.config_hash() in first]
+    if not waiting:
+        return []
+    room = workers * (group_size or default_group_size(waiting[0].device))
+    picked: list[RunConfig] = []
+    cells: set[str] = set()
+    for cfg in waiting:
+        cell = cfg.cell_hash()
+        if cell not in cells and len(picked) >= room:
+            break
+        cells.add(cell)
+        picked.append(cfg)
+    return picked
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
