@@ -186,6 +186,9 @@ def test_check_plugin_checks_tasks(plugin):
     assert wrong.exit_code == 1
     row = next(line for line in wrong.stdout.splitlines() if "samples pass the checker" in line)
     assert "a sample_eval row fails the task's own checker" in row
+    too_short = check_plugin(f"{plugin}:RenamedLookup", "--length", "3")
+    assert too_short.exit_code == 2 and too_short.stderr.startswith(f"error: --length 3: {plugin}:RenamedLookup "
+                                                                    "refuses it: options.min_length 10")
 
 
 @pytest.mark.parametrize("name, message", [("{plugin}:NotAMixer", "neither a sepbench Mixer nor a sepbench Task"),

@@ -117,6 +117,7 @@ def _parse_dims(item: str) -> tuple[str, tuple[int, ...]]:
 
 
 def check_plugin(
+    ctx: typer.Context,
     plugin: str = typer.Argument(..., help="a mixer or task: package.module:Class, an installed plugin's name, or a "
                                  "built-in name"),
     learn_steps: int = typer.Option(1500, "--learn-steps", min=0,
@@ -138,6 +139,11 @@ def check_plugin(
         kind = kind_of(plugin)
         found = (MODELS if kind == "model" else TASKS).get(plugin)
         torch.set_num_threads(default_threads())
+        if kind == "task" and getattr(ctx.get_parameter_source("length"), "name", "") == "COMMANDLINE":
+            try:
+                found(length)
+            except ValueError as problem:  # the size asked for, not the task, is at fault
+                raise ConfigError(f"--length {length}: {plugin} refuses it: {problem}") from None
     if kind == "model":
         from sepbench.conformance.mixers import all_checks
 
