@@ -453,3 +453,34 @@ def test_settle_ties_stops_training_a_conditions_ties_once_a_settled_rate_decide
     still_cut = {(cfg.model.layers, cfg.train.lr) for cfg in configs
                  if cfg.model.name == "transformer" and store.get(cfg.config_hash()).status == "pruned"}
     assert still_cut == {(1, lr) for lr in (5e-4, 1e-4, 5e-5, 1e-6)}, still_cut
+
+
+def test_settle_ties_settles_in_the_same_invocation_the_ties_a_fresh_search_cut(tmp_path, monkeypatch):
+    """Scheduling only, from an empty store: the searches (replaced by one that cuts every rate but two at chance,
+    a draw) run first, and the ties they cut are trained by the same call, not left for a rerun."""
+    import sepbench.claims.reproduce as reproduce
+    import sepbench.sweep.halving as halving
+
+    (claim,) = select(None, "dyck-depth")
+    store = Store(tmp_path / "s.db")
+    searched, swept = [], []
+
+    def search(runs, db, **_):
+        searched.append(len(runs))
+        for cfg in runs:
+            db.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+
+    def sweep(todo, db, **_):
+        swept.extend(todo)
+        for cfg in todo:
+            db.put(_run(cfg, [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    monkeypatch.setattr(halving, "run_halving", search)
+    monkeypatch.setattr(reproduce, "run_sweep", sweep)
+    reproduce.train_claims([claim], "cpu", store, EVAL, settle_ties=True)
+    configs = claim.configs("cpu", EVAL)
+    assert sum(searched) == len(configs), searched
+    assert swept and all(cfg.train.lr not in (1e-3, 5e-3) for cfg in swept)
+    assert len({cfg.config_hash() for cfg in swept}) == len(swept)
+    assert reproduce.plan_claim(claim, "cpu", store, EVAL, settle_ties=True).todo == []
+    assert any(store.get(cfg.config_hash()).status == "pruned" for cfg in configs)  # cuts no verdict waits on

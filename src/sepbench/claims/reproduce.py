@@ -169,12 +169,13 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
 
     learned = [c for c in claims if c.kind != "theory" and c.at(scale).not_run is None]
     trained: set[str] = set()
+    searched: set[str] = set()
     while True:
         plans = [plan_claim(c, scale, store, overrides, reuse, settle_ties) for c in learned]
         todo = {cfg.config_hash() for p in plans for cfg in p.todo}
         if todo <= trained:
             return
-        searched: set[str] = set()
+        searching = False
         grid: dict[str, RunConfig] = {}
         for claim_plan in plans:
             halved: set[str] = set()
@@ -183,6 +184,7 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
                 if hashes & todo and not hashes <= searched:
                     run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
                                 finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
+                    searching = True
                 halved |= hashes
             searched |= halved
             grid.update((cfg.config_hash(), cfg) for cfg in claim_plan.todo
@@ -192,10 +194,9 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
             size = group_size or default_group_size(next(iter(grid.values())).device)
             run_sweep(list(grid.values()), store, workers=min(workers, len(grid)), on_result=on_result,
                       reuse=reuse, group_size=size)
-        new = set(grid) | (searched & todo)
-        if not settle_ties or new <= trained:
+        if not settle_ties or not (searching or grid):
             return
-        trained |= new
+        trained |= set(grid)
 
 
 def _first_rates(claim_plan: ClaimPlan, trained: set[str], workers: int, group_size: int | None
