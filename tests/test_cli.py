@@ -139,3 +139,25 @@ def test_runs_on_a_missing_gpu_are_refused_before_any_is_stored(tmp_path, store_
     assert result.exit_code == 2 and "CUDA is not available; allowed here: auto, cpu" in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1
     assert not store_path.exists() or len(Store(store_path)) == 0
+
+
+@pytest.mark.parametrize("width", [80, 20])
+def test_a_table_folds_a_long_value_at_its_spaces_and_never_splits_a_word(width, monkeypatch, capsys):
+    import importlib
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    cli_app = importlib.import_module("sepbench.cli.app")  # the module, not the typer app the package exports
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_app, "out", Console(file=screen, width=width))
+    table = Table("N", "layers", "code width", "model width", "instances", "accuracy", "details")
+    table.add_row("8", "2", "32", "146", "5", "100.00%", "eta1=18.6, eta2=11.7, gamma=0.333, coherence=0.312")
+    cli_app.print_whole(table)
+    shown = screen.getvalue() + capsys.readouterr().out  # a table wider than the screen gets a console of its own
+    lines = shown.splitlines()
+    assert lines[0].startswith("┏") and lines[0].endswith("┓") and len({len(line) for line in lines}) == 1, shown
+    words = {word for line in lines for word in line.replace("│", " ").replace("┃", " ").split()}
+    assert {"eta1=18.6,", "eta2=11.7,", "gamma=0.333,", "coherence=0.312", "146", "layers"} <= words, shown
+    assert (len(lines[0]) <= width) == (width == 80), shown

@@ -106,13 +106,36 @@ def narrowest(table: Table) -> int:
 
 
 def print_whole(table: Table) -> None:
-    """Print ``table`` on a console wide enough for its every column's minimum width, a value too long for its
-    column folded onto the next line, never cut."""
-    for column in table.columns:
-        column.overflow = "fold"
+    """Print ``table`` on a console wide enough for its every column's minimum width (its longest word), a value
+    too long for its column folded onto the next line at a space, never cut and never split inside a word."""
     needed = narrowest(table)
     console = out if needed <= out.width else Console(width=needed)
+    for column, width in zip(table.columns, _column_widths(table, console.width - needed)):
+        column.overflow = "fold"
+        column.width = width
     console.print(table)
+
+
+def _column_widths(table: Table, spare: int) -> list[int | None]:
+    """Each column's width: its longest word, and of ``spare`` columns a share in proportion to what more its
+    longest value wants; None throughout where every value fits whole. rich's own squeeze can cut below a
+    column's longest word, which folding then splits."""
+    from rich.measure import Measurement
+
+    options = out.options.update_width(1 << 16)
+    ranges = [Measurement(1, 1)] * len(table.columns)
+    for i, column in enumerate(table.columns):
+        cells = [column.header, *column.cells] if table.show_header else list(column.cells)
+        measured = [Measurement.get(out, options, cell) for cell in cells]
+        ranges[i] = Measurement(max((m.minimum for m in measured), default=1),
+                                max((m.maximum for m in measured), default=1))
+    wants = [r.maximum - r.minimum for r in ranges]
+    if sum(wants) <= spare:
+        return [None] * len(ranges)
+    shares = [spare * want // sum(wants) for want in wants]
+    for i in sorted(range(len(wants)), key=lambda i: -wants[i])[:spare - sum(shares)]:
+        shares[i] += 1
+    return [r.minimum + share for r, share in zip(ranges, shares)]
 
 
 def _click_errors() -> tuple[type, type, type | None]:
