@@ -104,6 +104,8 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (["sweep", "{tmp}/folder"], "config file {tmp}/folder is a folder; give a YAML file"),
     (["sweep", "{tmp}/empty.yaml"], "is empty; a spec names at least its base, grid or cases"),
     (["sweep", "{tmp}/junk.db"], "must hold a mapping of keys (name, base, cases"),
+    (WIDTH_SEARCH + ["--lrs", "0.01,,0.001"], "--lrs expects comma-separated positive numbers, got '0.01,,0.001'"),
+    (WIDTH_SEARCH + ["--lrs", "0.01,nan"], "--lrs expects comma-separated positive numbers"),
     (["construct", "index_lookup", "--length", "16", "--samples", "-1"], "'--samples'"),
     (["construct", "index_lookup", "--length", "16", "--lengths", "8,32"], "give --length N or --lengths"),
     (["construct", "index_lookup", "--length", "16", "--find-min-width", "--code-width", "5"],

@@ -72,6 +72,7 @@ def write_config(folder, **changes):
         (["fig3a", "--config-dir", "{tmp}/missing"], "--config-dir {tmp}/missing is not a folder"),
         (["fig3a", "--lengths", "8", "--steps", "5"], "--lengths, --steps apply to the learned comparison only"),
         (["learned", "--trials", "3"], "--trials applies to the figures only, not to the learned comparison"),
+        (["learned", "--config-dir", "{tmp}/missing"], "--config-dir applies to the figures only"),
         (["learned", "--store", "{tmp}/mine.db"], "--store applies to the figures only"),
     ],
 )

@@ -122,8 +122,8 @@ class Store:
         return Path(chosen) if chosen else self.path.with_name(self.path.name + ".checkpoints")
 
     def check_usable(self) -> None:
-        """Raise StoreError if the path holds something other than a store (a folder, another file); creates
-        nothing."""
+        """Raise StoreError if the path holds something other than a store (a folder, another file); a missing
+        path stays missing, and an empty file (as SQLite leaves one) is given the store's tables."""
         if self.path.is_dir():
             raise StoreError(f"store {self.path} is a directory; give a file path such as {self.path / DEFAULT_STORE}")
         if self.path.exists():

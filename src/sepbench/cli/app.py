@@ -79,8 +79,9 @@ def exit_on_failures(failed: dict[str, str], command: str, what: str = "run") ->
         return
     for key, reason in failed.items():
         warn(f"failed: {key}: {reason}")
-    warn(f"error: {len(failed)} {what}{'s' if len(failed) > 1 else ''} of this {command} failed (listed above); fix the cause and rerun with "
-         "--retry-failed")
+    plural = "s" if len(failed) > 1 else ""
+    warn(f"error: {len(failed)} {what}{plural} of this {command} failed (listed above); fix the cause and rerun "
+         "with --retry-failed")
     raise typer.Exit(1)
 
 
@@ -117,9 +118,9 @@ def print_whole(table: Table) -> None:
 
 
 def _column_widths(table: Table, spare: int) -> list[int | None]:
-    """Each column's width: its longest word, and of ``spare`` columns a share in proportion to what more its
-    longest value wants; None throughout where every value fits whole. rich's own squeeze can cut below a
-    column's longest word, which folding then splits."""
+    """Each column's width: its longest word, then of ``spare`` columns what shows its longest value whole, the
+    columns that want least first, and the rest shared evenly by the others; None throughout where every value
+    fits whole. rich's own squeeze can cut below a column's longest word, which folding then splits."""
     from rich.measure import Measurement
 
     options = out.options.update_width(1 << 16)
@@ -132,9 +133,14 @@ def _column_widths(table: Table, spare: int) -> list[int | None]:
     wants = [r.maximum - r.minimum for r in ranges]
     if sum(wants) <= spare:
         return [None] * len(ranges)
-    shares = [spare * want // sum(wants) for want in wants]
-    for i in sorted(range(len(wants)), key=lambda i: -wants[i])[:spare - sum(shares)]:
-        shares[i] += 1
+    shares = [0] * len(wants)
+    order = sorted(range(len(wants)), key=lambda i: wants[i])
+    while order and wants[order[0]] <= spare:
+        shares[order[0]] = wants[order[0]]
+        spare -= wants[order.pop(0)]
+    for done, i in enumerate(order):
+        shares[i] = spare // (len(order) - done)
+        spare -= shares[i]
     return [r.minimum + share for r, share in zip(ranges, shares)]
 
 

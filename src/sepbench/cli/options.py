@@ -120,11 +120,12 @@ def given_lengths(length: int | None, lengths: str | None) -> list[int]:
 
 
 def parse_lrs(text: str) -> list[float]:
+    """Comma-separated learning rates, each positive, no entry empty."""
     try:
-        values = [float(part) for part in text.split(",") if part.strip()]
+        values = [float(part) for part in text.split(",")]
     except ValueError:
         raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'") from None
-    if not values or any(v <= 0 for v in values):
+    if any(not v > 0 or v == float("inf") for v in values):
         raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'")
     return values
 

@@ -111,9 +111,6 @@ def softmax_vs_linear(
     from sepbench.theory.softmax_vs_linear import figures
 
     with bad_input_exits():
-        if config_dir is not None and not config_dir.is_dir():
-            raise ConfigError(f"--config-dir {config_dir} is not a folder; allowed: a folder of figure configs "
-                              f"such as {figures.CONFIG_DIR}")
         unused = ({"--lengths": lengths, "--steps": steps} if figure != "learned" else
                   {"--trials": trials, "--config-dir": config_dir,
                    "--store": store if getattr(ctx.get_parameter_source("store"), "name", "") == "COMMANDLINE"
@@ -123,6 +120,9 @@ def softmax_vs_linear(
             where = ("the figures only, not to the learned comparison" if figure == "learned" else
                      f"the learned comparison only, not to figure {figure}")
             raise ConfigError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to {where}")
+        if config_dir is not None and not config_dir.is_dir():
+            raise ConfigError(f"--config-dir {config_dir} is not a folder; allowed: a folder of figure configs "
+                              f"such as {figures.CONFIG_DIR}")
         known = figures.figure_ids(config_dir or figures.CONFIG_DIR)
         if figure != "learned" and figure not in known:
             folder = config_dir or figures.CONFIG_DIR
