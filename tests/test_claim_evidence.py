@@ -48,6 +48,12 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
                                  str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)
     assert beside.exit_code == 0, beside.output
+    unset = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir", str(tmp_path / "evidence")],
+                          env={"SEPBENCH_STORE": str(tmp_path / "none.db")}, terminal_width=300)
+    assert unset.exit_code == 0 and "beside" not in unset.stdout, unset.output  # a default store not made yet
+    from_env = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
+                                   str(tmp_path / "evidence")], env={"SEPBENCH_STORE": str(yours.path)}, terminal_width=300)
+    assert from_env.exit_code == 0 and "yours: 0 reproduced, 1 not reproduced" in from_env.stdout, from_env.output
     row = next(line for line in beside.stdout.splitlines() if line.startswith(f"│ {CLAIM}") and "not reproduced" in line)
     assert "reproduced" in row.split("│")[2] and "not reproduced" in row.split("│")[3]
     assert "yours: 0 reproduced, 1 not reproduced, 0 inconclusive" in beside.stdout

@@ -48,7 +48,8 @@ def reproduce(
     checkpoints: Optional[Path] = checkpoints_option(),
     tensorboard: Optional[Path] = tensorboard_option(),
     evidence: bool = typer.Option(False, "--evidence", help="judge from the shipped evidence (--evidence-dir), "
-                                  "training nothing; with --store, your stored runs are judged beside it"),
+                                  "training nothing; with --store (or an existing SEPBENCH_STORE), your stored runs "
+                                  "are judged beside it"),
     evidence_dir: Optional[Path] = typer.Option(None, "--evidence-dir", help="the evidence folder, "
                                                 "DIR/SCALE/CLAIM.jsonl [default: the evidence/ folder of the "
                                                 "checkout sepbench runs from, else ./evidence]"),
@@ -92,7 +93,9 @@ def reproduce(
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
         evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence:
-            _from_evidence(claims, scale.value, evidence_dir, store)
+            from_environment = getattr(ctx.get_parameter_source("store"), "name", "") == "ENVIRONMENT"
+            mine = None if from_environment and store is not None and not store.exists() else store
+            _from_evidence(claims, scale.value, evidence_dir, mine)
             return
         db = Store(store)
         if not list_only:
