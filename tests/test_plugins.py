@@ -48,6 +48,13 @@ class PeekingLSTM(LSTMMixer):
         return super().forward(x) + torch.roll(x, -1, dims=1)
 
 
+class NeverBuilds(IndexLookup):
+    \"\"\"A task that refuses every size.\"\"\"
+
+    def __init__(self, length, options=None):
+        raise ValueError("this task is broken")
+
+
 class OffByOneLookup(IndexLookup):
     \"\"\"Index Lookup whose samples point one symbol too far.\"\"\"
 
@@ -189,6 +196,10 @@ def test_check_plugin_checks_tasks(plugin):
     too_short = check_plugin(f"{plugin}:RenamedLookup", "--length", "3")
     assert too_short.exit_code == 2 and too_short.stderr.startswith(f"error: --length 3: {plugin}:RenamedLookup "
                                                                     "refuses it: options.min_length 10")
+    broken = check_plugin(f"{plugin}:NeverBuilds", "--length", "20")  # the task's fault, not the size's
+    assert broken.exit_code == 1, broken.output
+    row = next(line for line in broken.stdout.splitlines() if "builds at N=20" in line)
+    assert "fail" in row and "this task is broken" in broken.stdout
 
 
 @pytest.mark.parametrize("name, message", [("{plugin}:NotAMixer", "neither a sepbench Mixer nor a sepbench Task"),
