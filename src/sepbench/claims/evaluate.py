@@ -164,7 +164,7 @@ def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:
         line, values = f"{condition.threshold:g}", points[0].values
     else:
         line, values = f"a margin of {condition.margin:g}", [a - b for a in points[0].values for b in points[1].values]
-    return (f"{SEEDS_STRADDLE} {line} ({min(values):.3f} to {max(values):.3f}) and no deciding run was still "
+    return (f"{SEEDS_STRADDLE} {line} ({min(values):.4f} to {max(values):.4f}) and no deciding run was still "
             "learning: the rule needs all seeds on one side")
 
 

@@ -128,8 +128,9 @@ def _column_widths(table: Table, spare: int) -> list[int | None]:
     for i, column in enumerate(table.columns):
         cells = [column.header, *column.cells] if table.show_header else list(column.cells)
         measured = [Measurement.get(out, options, cell) for cell in cells]
-        ranges[i] = Measurement(max((m.minimum for m in measured), default=1),
-                                max((m.maximum for m in measured), default=1))
+        least = max([m.minimum for m in measured] + [column.min_width or 1])
+        most = max([m.maximum for m in measured] + [least])
+        ranges[i] = Measurement(column.width, column.width) if column.width else Measurement(least, most)
     wants = [r.maximum - r.minimum for r in ranges]
     if sum(wants) <= spare:
         return [None] * len(ranges)
