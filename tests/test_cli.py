@@ -163,3 +163,52 @@ def test_a_table_folds_a_long_value_at_its_spaces_and_never_splits_a_word(width,
     words = {word for line in lines for word in line.replace("│", " ").replace("┃", " ").split()}
     assert {"eta1=18.6,", "eta2=11.7,", "gamma=0.333,", "coherence=0.312", "146", "layers"} <= words, shown
     assert (len(lines[0]) <= width) == (width == 80), shown
+
+
+def print_on_screen(table, width: int, monkeypatch, capsys) -> list[str]:
+    import importlib
+    import io
+
+    from rich.console import Console
+
+    cli_app = importlib.import_module("sepbench.cli.app")
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_app, "out", Console(file=screen, width=width))
+    cli_app.print_whole(table)
+    return (screen.getvalue() + capsys.readouterr().out).splitlines()
+
+
+def test_a_no_wrap_column_shows_its_longest_value_whole_on_a_narrow_screen(monkeypatch, capsys):
+    from rich.table import Table
+
+    table = Table("run", "finished at", "details")
+    table.columns[1].no_wrap = True
+    table.add_row("a1", "2026-11-28 15:49:14", "a long remark that can fold at its spaces onto more lines")
+    lines = print_on_screen(table, 30, monkeypatch, capsys)
+    assert any("2026-11-28 15:49:14" in line for line in lines), "\n".join(lines)
+    assert len({len(line) for line in lines}) == 1, "\n".join(lines)
+
+
+def test_a_column_of_fixed_width_keeps_it_when_every_value_fits(monkeypatch, capsys):
+    from rich.table import Table
+
+    table = Table("N", "accuracy")
+    table.columns[1].width = 12
+    table.add_row("8", "1.00")
+    lines = print_on_screen(table, 80, monkeypatch, capsys)
+    header = next(line for line in lines if "accuracy" in line)
+    assert len(header.split("┃")[2]) == 12 + 2, "\n".join(lines)  # the width and a space each side
+
+
+def test_an_empty_column_takes_no_width_from_the_words_beside_it(monkeypatch, capsys):
+    from rich.table import Table
+
+    table = Table(show_header=False)
+    table.add_column()
+    table.add_column()
+    table.add_row("", "alpha beta gamma delta")
+    needed = 3 + 2 * 2 + len("gamma")  # three rules, a space each side of each cell, the longest word
+    lines = print_on_screen(table, needed, monkeypatch, capsys)
+    words = {word for line in lines[1:-1] for word in line.replace("│", " ").split()}
+    assert words == {"alpha", "beta", "gamma", "delta"}, "\n".join(lines)
+    assert max(len(line) for line in lines) <= needed, "\n".join(lines)

@@ -107,8 +107,12 @@ def narrowest(table: Table) -> int:
 
 
 def print_whole(table: Table) -> None:
-    """Print ``table`` on a console wide enough for its every column's minimum width (its longest word), a value
-    too long for its column folded onto the next line at a space, never cut and never split inside a word."""
+    """Print ``table`` on a console wide enough for its every column's minimum width (its longest word; a no_wrap
+    column's longest value), a value too long for its column folded onto the next line at a space, never cut and
+    never split inside a word."""
+    for column, (least, _) in zip(table.columns, _column_ranges(table)):
+        if column.no_wrap and not column.width:
+            column.min_width = least
     needed = narrowest(table)
     console = out if needed <= out.width else Console(width=needed)
     for column, width in zip(table.columns, _column_widths(table, console.width - needed)):
@@ -117,23 +121,34 @@ def print_whole(table: Table) -> None:
     console.print(table)
 
 
-def _column_widths(table: Table, spare: int) -> list[int | None]:
-    """Each column's width: its longest word, then of ``spare`` columns what shows its longest value whole, the
-    columns that want least first, and the rest shared evenly by the others; None throughout where every value
-    fits whole. rich's own squeeze can cut below a column's longest word, which folding then splits."""
+def _column_ranges(table: Table) -> list[tuple[int, int]]:
+    """Each column's (least, most) width: its longest word (a no_wrap column's longest value, a fixed column its
+    width) and its longest value, header included where shown; an empty column 0, as rich gives it."""
     from rich.measure import Measurement
 
     options = out.options.update_width(1 << 16)
-    ranges = [Measurement(1, 1)] * len(table.columns)
-    for i, column in enumerate(table.columns):
+    ranges = []
+    for column in table.columns:
+        if column.width:
+            ranges.append((column.width, column.width))
+            continue
         cells = [column.header, *column.cells] if table.show_header else list(column.cells)
         measured = [Measurement.get(out, options, cell) for cell in cells]
-        least = max([m.minimum for m in measured] + [column.min_width or 1])
-        most = max([m.maximum for m in measured] + [least])
-        ranges[i] = Measurement(column.width, column.width) if column.width else Measurement(least, most)
-    wants = [r.maximum - r.minimum for r in ranges]
+        most = max([m.maximum for m in measured] + [column.min_width or 0])
+        least = most if column.no_wrap else max([m.minimum for m in measured] + [column.min_width or 0])
+        ranges.append((least, most))
+    return ranges
+
+
+def _column_widths(table: Table, spare: int) -> list[int | None]:
+    """Each column's width: its least (``_column_ranges``), then of ``spare`` columns what shows its longest value
+    whole, the columns that want least first, and the rest shared evenly by the others; where every value fits
+    whole, a fixed column's own width and None for the others. rich's own squeeze can cut below a column's longest
+    word, which folding then splits."""
+    ranges = _column_ranges(table)
+    wants = [most - least for least, most in ranges]
     if sum(wants) <= spare:
-        return [None] * len(ranges)
+        return [column.width or None for column in table.columns]
     shares = [0] * len(wants)
     order = sorted(range(len(wants)), key=lambda i: wants[i])
     while order and wants[order[0]] <= spare:
@@ -142,7 +157,7 @@ def _column_widths(table: Table, spare: int) -> list[int | None]:
     for done, i in enumerate(order):
         shares[i] = spare // (len(order) - done)
         spare -= shares[i]
-    return [r.minimum + share for r, share in zip(ranges, shares)]
+    return [least + share for (least, _), share in zip(ranges, shares)]
 
 
 def _click_errors() -> tuple[type, type, type | None]:
