@@ -106,6 +106,7 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (["sweep", "{tmp}/junk.db"], "must hold a mapping of keys (name, base, cases"),
     (WIDTH_SEARCH + ["--lrs", "0.01,,0.001"], "--lrs expects comma-separated positive numbers, got '0.01,,0.001'"),
     (WIDTH_SEARCH + ["--lrs", "0.01,nan"], "--lrs expects comma-separated positive numbers"),
+    (WIDTH_SEARCH + ["--lrs", "1e-3,0.001"], "--lrs names 0.001 more than once; each rate is tried once"),
     (["construct", "index_lookup", "--length", "16", "--samples", "-1"], "'--samples'"),
     (["construct", "index_lookup", "--length", "16", "--lengths", "8,32"], "give --length N or --lengths"),
     (["construct", "index_lookup", "--length", "16", "--find-min-width", "--code-width", "5"],

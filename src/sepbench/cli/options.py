@@ -120,13 +120,16 @@ def given_lengths(length: int | None, lengths: str | None) -> list[int]:
 
 
 def parse_lrs(text: str) -> list[float]:
-    """Comma-separated learning rates, each positive, no entry empty."""
+    """Comma-separated learning rates, each positive and named once, no entry empty."""
     try:
         values = [float(part) for part in text.split(",")]
     except ValueError:
         raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'") from None
     if any(not v > 0 or v == float("inf") for v in values):
         raise ConfigError(f"--lrs expects comma-separated positive numbers, got '{text}'")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ConfigError(f"--lrs names {', '.join(map(str, repeated))} more than once; each rate is tried once")
     return values
 
 
