@@ -199,7 +199,7 @@ def test_check_plugin_checks_tasks(plugin):
     broken = check_plugin(f"{plugin}:NeverBuilds", "--length", "20")  # the task's fault, not the size's
     assert broken.exit_code == 1, broken.output
     row = next(line for line in broken.stdout.splitlines() if "builds at N=20" in line)
-    assert "fail" in row and "this task is broken" in broken.stdout
+    assert "fail" in row and "this task is broken" in broken.stdout and "check-plugin --length" in broken.stdout
 
 
 @pytest.mark.parametrize("name, message", [("{plugin}:NotAMixer", "neither a sepbench Mixer nor a sepbench Task"),
