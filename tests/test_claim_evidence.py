@@ -243,3 +243,29 @@ def test_a_stopped_reproduce_with_write_evidence_ships_what_finished(tmp_path, m
     assert stopped.exit_code != 0 and "interrupted: 1 runs finished" in stopped.output
     lines = evidence.path_for(tmp_path / "evidence", "quick", CLAIM).read_text().splitlines()
     assert [json.loads(line)["run"]["config_hash"] for line in lines] == [first.config_hash()]
+
+
+def test_write_evidence_ships_each_run_as_it_finishes_so_a_killed_reproduce_loses_none(tmp_path, monkeypatch):
+    from sepbench.claims import reproduce as reproducing
+
+    (claim,) = select(None, CLAIM)
+    store = Store(tmp_path / "runs.db")
+    first, second = claim.configs("quick")[:2]
+    shipped_at_each: list[list[str]] = []
+    path = evidence.path_for(tmp_path / "evidence", "quick", CLAIM)
+
+    def killed_after_two(claims, scale, db, *args, on_result, **kwargs):
+        for cfg in (first, second):
+            result = RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed",
+                               metrics={"accuracy": 0.5}, curve=[], steps=1, wall_seconds=1.0, code_version="abc")
+            db.put(result)
+            on_result(result)
+            shipped_at_each.append([json.loads(line)["run"]["config_hash"] for line in path.read_text().splitlines()])
+        raise MemoryError("killed")  # no Ctrl-C: nothing is written on the way out
+
+    monkeypatch.setattr(reproducing, "judge_all", killed_after_two)
+    killed = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(store.path), "--write-evidence",
+                                 "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
+    assert isinstance(killed.exception, MemoryError)
+    assert shipped_at_each[0] == [first.config_hash()]
+    assert sorted(shipped_at_each[1]) == sorted([first.config_hash(), second.config_hash()])

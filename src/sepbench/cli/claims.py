@@ -53,9 +53,9 @@ def reproduce(
     evidence_dir: Optional[Path] = typer.Option(None, "--evidence-dir", help="the evidence folder, "
                                                 "DIR/SCALE/CLAIM.jsonl [default: the evidence/ folder of the "
                                                 "checkout sepbench runs from, else ./evidence]"),
-    write_evidence: bool = typer.Option(False, "--write-evidence", help="after judging, write each claim's runs "
-                                        "(or check result) to --evidence-dir as JSON lines; on Ctrl-C, the runs "
-                                        "finished so far"),
+    write_evidence: bool = typer.Option(False, "--write-evidence", help="write each claim's runs (or check "
+                                        "result) to --evidence-dir as JSON lines: a learned claim's again as each of "
+                                        "its runs finishes, every claim's after judging"),
     resume_evidence: bool = typer.Option(False, "--resume-evidence", help="first copy the shipped evidence of these "
                                          "claims (--evidence-dir) into --store, keeping the runs it holds, so that "
                                          "only the runs the evidence lacks are trained"),
@@ -125,7 +125,9 @@ def reproduce(
     say(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}")
     try:
         with SweepProgress("reproduce", todo, err) as progress:
-            verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=progress.advance,
+            advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
+                       if write_evidence else progress.advance)
+            verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=advance,
                                  reuse=reuse, group_size=group_size, settle_ties=settle_ties)
     except SweepInterrupted as stop:
         if write_evidence:  # what finished ships; the claim is judged inconclusive for the runs it still lacks
@@ -169,6 +171,23 @@ def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
 
     root = given if given is not None else shipped.default_root()
     return shipped.require_root(root) if must_exist else root
+
+
+def _writing_evidence(advance, claims, scale: str, db, evidence_dir: Path, overrides):
+    """``advance``, then the evidence of each learned claim the finished run belongs to rewritten: a run ships as it
+    finishes, so a killed process (or a lost machine whose checkout survives) loses none."""
+    from sepbench.claims import evidence as shipped
+
+    learned = [c for c in claims if c.kind != "theory" and c.at(scale).not_run is None]
+    runs_of = {c.id: {cfg.config_hash() for cfg in c.configs(scale, overrides)} for c in learned}
+
+    def advance_and_write(result) -> None:
+        advance(result)
+        for claim in learned:
+            if result.config_hash in runs_of[claim.id]:
+                shipped.write(claim, scale, db, evidence_dir, overrides)
+
+    return advance_and_write
 
 
 def _write_evidence(claims, scale: str, db, evidence_dir: Path, overrides) -> None:
