@@ -16,3 +16,10 @@ def store_path(tmp_path, monkeypatch):
     path = tmp_path / "runs.db"
     monkeypatch.setenv("SEPBENCH_STORE", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def plain_console(monkeypatch):
+    """Tables and messages as plain text whatever the caller's terminal asks (FORCE_COLOR puts escapes in lines)."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")

@@ -275,15 +275,20 @@ def test_a_failed_build_falls_back_with_the_compiler_s_reason(monkeypatch, tmp_p
         cpu_kernels._load.cache_clear()
 
 
-def test_kernels_can_be_turned_off(monkeypatch):
+@pytest.fixture
+def kernels_off(monkeypatch):
+    """SEPBENCH_CPU_KERNELS=0 read afresh (the library is loaded once a process), and the kernels back after."""
     monkeypatch.setenv("SEPBENCH_CPU_KERNELS", "0")
     cpu_kernels._load.cache_clear()
-    try:
-        assert kernel_library() is None
-        model = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
-        assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked", "linear": LINEAR}
-    finally:
-        cpu_kernels._load.cache_clear()
+    yield
+    monkeypatch.delenv("SEPBENCH_CPU_KERNELS")
+    cpu_kernels._load.cache_clear()
+
+
+def test_kernels_can_be_turned_off(kernels_off):
+    assert kernel_library() is None
+    model = build_model(ModelConfig(name="mamba", layers=1, width=8), 5, 10)
+    assert model.compute_paths(torch.device("cpu")) == {"scan": "chunked", "linear": LINEAR}
 
 
 def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
@@ -314,8 +319,7 @@ def test_the_kernels_refuse_inputs_they_cannot_read():
         fused_causal_conv(u.double(), conv.weight, conv.bias)
 
 
-def test_a_kernel_asked_for_where_it_cannot_run_is_one_line_and_exit_2(monkeypatch, tmp_path):
-    monkeypatch.setenv("SEPBENCH_CPU_KERNELS", "0")
+def test_a_kernel_asked_for_where_it_cannot_run_is_one_line_and_exit_2(kernels_off, tmp_path):
     result = CliRunner().invoke(app, ["run", "--task", "index_lookup", "--model", "mamba", "--length", "20",
                                       "--steps", "5", "--store", str(tmp_path / "s.db"),
                                       "--set", "model.options.scan=fused"])
