@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -17,6 +17,12 @@ from sepbench.cli.options import (
     use_folders,
 )
 from sepbench.config import ConfigError, parse_assignments
+
+if TYPE_CHECKING:
+    from sepbench.claims.catalogue import Claim
+    from sepbench.store import Store
+    from sepbench.sweep.executors import OnResult
+    from sepbench.train.result import RunResult
 
 
 class ClaimScale(str, Enum):
@@ -173,7 +179,8 @@ def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
     return shipped.require_root(root) if must_exist else root
 
 
-def _writing_evidence(advance, claims, scale: str, db, evidence_dir: Path, overrides):
+def _writing_evidence(advance: OnResult, claims: Sequence[Claim], scale: str, db: Store, evidence_dir: Path,
+                      overrides: dict[str, Any]) -> OnResult:
     """``advance``, then the evidence of each learned claim the finished run belongs to rewritten: a run ships as it
     finishes, so a killed process (or a lost machine whose checkout survives) loses none."""
     from sepbench.claims import evidence as shipped
@@ -181,7 +188,7 @@ def _writing_evidence(advance, claims, scale: str, db, evidence_dir: Path, overr
     learned = [c for c in claims if c.kind != "theory" and c.at(scale).not_run is None]
     runs_of = {c.id: {cfg.config_hash() for cfg in c.configs(scale, overrides)} for c in learned}
 
-    def advance_and_write(result) -> None:
+    def advance_and_write(result: RunResult) -> None:
         advance(result)
         for claim in learned:
             if result.config_hash in runs_of[claim.id]:
