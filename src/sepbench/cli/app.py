@@ -110,12 +110,13 @@ def print_whole(table: Table) -> None:
     """Print ``table`` on a console wide enough for its every column's minimum width (its longest word; a no_wrap
     column's longest value), a value too long for its column folded onto the next line at a space, never cut and
     never split inside a word."""
-    for column, (least, _) in zip(table.columns, _column_ranges(table)):
+    ranges = _column_ranges(table)
+    for column, (least, _) in zip(table.columns, ranges):
         if column.no_wrap and not column.width:
             column.min_width = least
     needed = narrowest(table)
     console = out if needed <= out.width else Console(width=needed)
-    for column, width in zip(table.columns, _column_widths(table, console.width - needed)):
+    for column, width in zip(table.columns, _column_widths(table, ranges, console.width - needed)):
         column.overflow = "fold"
         column.width = width
     console.print(table)
@@ -140,12 +141,11 @@ def _column_ranges(table: Table) -> list[tuple[int, int]]:
     return ranges
 
 
-def _column_widths(table: Table, spare: int) -> list[int | None]:
-    """Each column's width: its least (``_column_ranges``), then of ``spare`` columns what shows its longest value
+def _column_widths(table: Table, ranges: list[tuple[int, int]], spare: int) -> list[int | None]:
+    """Each column's width: its least of ``ranges`` (``_column_ranges``), then of ``spare`` columns what shows its longest value
     whole, the columns that want least first, and the rest shared evenly by the others; where every value fits
     whole, a fixed column's own width and None for the others. rich's own squeeze can cut below a column's longest
     word, which folding then splits."""
-    ranges = _column_ranges(table)
     wants = [most - least for least, most in ranges]
     if sum(wants) <= spare:
         return [column.width or None for column in table.columns]

@@ -32,9 +32,9 @@ def run_check(name: str, body: Callable[[], str]) -> Check:
     except Absent as missing:
         return Check(name, "absent", str(missing))
     except AssertionError as wrong:
-        return Check(name, "fail", _first_line(wrong) or "the check's condition does not hold")
+        return Check(name, "fail", first_line(wrong) or "the check's condition does not hold")
     except Exception as error:  # noqa: BLE001 - whatever a plugin raises is this check's failure
-        return Check(name, "fail", f"{type(error).__name__}: {_first_line(error)}")
+        return Check(name, "fail", f"{type(error).__name__}: {first_line(error)}")
 
 
 def kind_of(name: str) -> Literal["model", "task"]:
@@ -58,5 +58,6 @@ def kind_of(name: str) -> Literal["model", "task"]:
     raise PluginError(f"plugin '{name}' is neither a sepbench Mixer nor a sepbench Task subclass")
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, or ""."""
     return (str(error).strip().splitlines() or [""])[0]

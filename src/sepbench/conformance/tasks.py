@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sepbench.conformance import Check, run_check
+from sepbench.conformance import Check, first_line, run_check
 from sepbench.tasks import Batch, Task
 
 
@@ -105,9 +105,8 @@ def all_checks(name: str, length: int, samples: int = 2000) -> list[Check]:
         try:
             built.append(build_task(name, length))
         except ValueError as refused:
-            reason = str(refused).strip().splitlines()[0] if str(refused).strip() else type(refused).__name__
-            raise AssertionError(f"ValueError: {reason} (a task that needs other sizes is checked at one of them: "
-                                 f"check-plugin --length)") from None
+            raise AssertionError(f"ValueError: {first_line(refused)} (a task that needs other sizes is checked at "
+                                 f"one of them: check-plugin --length)") from None
         return f"{type(built[0]).__name__}, vocabulary {built[0].vocab_size}, {built[0].max_seq_len()} tokens"
 
     first = run_check(f"builds at N={length}", build)
