@@ -484,3 +484,43 @@ def test_settle_ties_settles_in_the_same_invocation_the_ties_a_fresh_search_cut(
     assert len({cfg.config_hash() for cfg in swept}) == len(swept)
     assert reproduce.plan_claim(claim, "cpu", store, EVAL, settle_ties=True).todo == []
     assert any(store.get(cfg.config_hash()).status == "pruned" for cfg in configs)  # cuts no verdict waits on
+
+
+@pytest.mark.parametrize("status", ["failed", "diverged"])
+def test_settle_ties_when_a_tied_rate_fails_or_diverges(tmp_path, monkeypatch, status):
+    """Scheduling only: each condition's first tied rate (lr 1e-2) fails or diverges. A failed run is a gap the
+    condition then rests on, which no further tie can change, so the same call moves to the next condition's ties;
+    a diverged rate beside rates that trained is a losing rate, so the rest of the ties are settled. Either way the
+    call ends with no verdict waiting on a tie it left untrained."""
+    import sepbench.claims.reproduce as reproduce
+
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    rounds = []
+
+    def trained(todo, db, **_):
+        """lr 1e-2 fails or diverges; every other run stays at chance."""
+        rounds.append(sorted({(cfg.model.name, cfg.model.layers, cfg.train.lr) for cfg in todo}))
+        for cfg in todo:
+            if cfg.train.lr == 1e-2:
+                broken = _run(cfg, [(250, 0.5, 0.69)], status=status)
+                broken.error = "loss is nan"
+                db.put(broken)
+            else:
+                db.put(_run(cfg, [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    monkeypatch.setattr(reproduce, "run_sweep", trained)
+    reproduce.train_claims([claim], "cpu", store, EVAL, settle_ties=True)
+    cut = (1e-2, 5e-4, 1e-4, 5e-5, 1e-6)
+    if status == "failed":
+        assert rounds == [[("lstm", 1, 1e-2)], [("transformer", 1, 1e-2)]], rounds
+    else:
+        assert rounds == [[(name, 1, lr)] for name in ("lstm", "transformer") for lr in cut], rounds
+    outcomes = reproduce.judge(claim, "cpu", store, EVAL, train=False).outcomes
+    gap = "3 runs failed or diverged (failed: loss is nan)"
+    assert all(any(gap in r for r in o.reasons) == (status == "failed") for o in outcomes), outcomes
+    assert not any(o.waits_on for o in outcomes)
+    assert reproduce.plan_claim(claim, "cpu", store, EVAL, settle_ties=True).settle_first == []
