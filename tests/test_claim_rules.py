@@ -524,3 +524,27 @@ def test_settle_ties_when_a_tied_rate_fails_or_diverges(tmp_path, monkeypatch, s
     assert all(any(gap in r for r in o.reasons) == (status == "failed") for o in outcomes), outcomes
     assert not any(o.waits_on for o in outcomes)
     assert reproduce.plan_claim(claim, "cpu", store, EVAL, settle_ties=True).settle_first == []
+
+
+def test_settle_ties_on_two_workers_trains_two_rates_a_round_so_no_worker_waits(tmp_path, monkeypatch):
+    """Scheduling only: three seeds a rate on two CPU workers. A round of one rate (three runs) would leave a
+    worker idle for its second wave; two rates (six runs) fill three waves."""
+    import sepbench.claims.reproduce as reproduce
+
+    (claim,) = select(None, "dyck-depth")
+    store = Store(tmp_path / "s.db")
+    for cfg in claim.configs("cpu", EVAL):
+        store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    rounds = []
+
+    def trained(todo, db, workers, **_):
+        rounds.append((workers, [(cfg.model.name, cfg.train.lr) for cfg in todo]))
+        for cfg in todo:
+            db.put(_run(cfg, [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    monkeypatch.setattr(reproduce, "run_sweep", trained)
+    reproduce.train_claims([claim], "cpu", store, EVAL, workers=2, settle_ties=True)
+    cut = (1e-2, 5e-4, 1e-4, 5e-5, 1e-6)
+    expected = [(2, [(name, lr) for lr in lrs for _ in range(3)])
+                for name in ("lstm", "transformer") for lrs in (cut[:2], cut[2:4], cut[4:])]
+    assert rounds == expected, rounds

@@ -202,7 +202,9 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
 def _first_rates(claim_plan: ClaimPlan, trained: set[str], workers: int, group_size: int | None
                  ) -> list[RunConfig]:
     """The runs of the first tied rates of ``claim_plan.settle_first`` not yet trained: whole rates (every seed),
-    as many as fill the workers and their stacks, at least one."""
+    at least one, and as many as fill the workers and their stacks in whole waves where the rates allow (three
+    seeds on two workers: two rates, six runs, not three runs leaving a worker idle for the second wave), at most
+    twice the room they give."""
     from sepbench.sweep.grouped import default_group_size
 
     first = set(claim_plan.settle_first) - trained
@@ -214,11 +216,16 @@ def _first_rates(claim_plan: ClaimPlan, trained: set[str], workers: int, group_s
     cells: set[str] = set()
     for cfg in waiting:
         cell = cfg.cell_hash()
-        if cell not in cells and len(picked) >= room:
+        if cell not in cells and _fills_waves(len(picked), room):
             break
         cells.add(cell)
         picked.append(cfg)
     return picked
+
+
+def _fills_waves(runs: int, room: int) -> bool:
+    """Whether ``runs`` fill the ``room`` of the workers' slots: every slot of each wave, or two rooms' worth."""
+    return runs >= room and (runs % room == 0 or runs >= 2 * room)
 
 
 def judge_all(claims: Sequence[Claim], scale: str, store: Store, overrides: dict[str, Any] | None = None,
