@@ -548,3 +548,37 @@ def test_settle_ties_on_two_workers_trains_two_rates_a_round_so_no_worker_waits(
     expected = [(2, [(name, lr) for lr in lrs for _ in range(3)])
                 for name in ("lstm", "transformer") for lrs in (cut[:2], cut[2:4], cut[4:])]
     assert rounds == expected, rounds
+
+
+def test_a_settling_stopped_part_way_trains_the_rest_of_a_half_settled_rate(tmp_path, monkeypatch):
+    """A stop (Ctrl-C) after one seed of a tied rate trained in full leaves that rate a cut on a tie until its other
+    seeds train: the next call trains those two, not the third seed again, and not nothing."""
+    import sepbench.claims.reproduce as reproduce
+    from sepbench.claims.ties import tied_cuts
+
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    half = [cfg for cfg in configs if cfg.model.name == "lstm" and cfg.train.lr == 1e-2]
+    store.put(_run(half[0], [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    def lstm_cuts():
+        return [t for t in tied_cuts([store.get(c.config_hash()) for c in configs])
+                if t.model.startswith("lstm") and t.lr == 1e-2]
+
+    (cut,) = lstm_cuts()
+    assert cut.hashes == tuple(c.config_hash() for c in half[1:]) and cut.step == 500
+    rounds = []
+
+    def trained(todo, db, **_):
+        rounds.append(sorted((cfg.model.name, cfg.train.lr, cfg.seed) for cfg in todo))
+        for cfg in todo:
+            db.put(_run(cfg, [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    monkeypatch.setattr(reproduce, "run_sweep", trained)
+    reproduce.train_claims([claim], "cpu", store, EVAL, settle_ties=True)
+    assert rounds[0] == [("lstm", 1e-2, c.seed) for c in half[1:]], rounds
+    assert all(store.get(c.config_hash()).status == "completed" for c in half)
+    assert lstm_cuts() == []

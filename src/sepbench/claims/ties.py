@@ -30,7 +30,7 @@ class TiedCut:
     kept: float
     noise: float
     hashes: tuple[str, ...] = ()
-    """The config hashes of the cut rate's runs (one per seed)."""
+    """The config hashes of the cut rate's runs still pruned (one per seed): those settling trains in full."""
     budget: int = 0
     """The steps each of those runs would train in full (its config's ``train.steps``)."""
 
@@ -41,17 +41,20 @@ class TiedCut:
 
 
 def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
-    """Every cut of a learning rate among ``results`` (runs of one or more cells) made on a tie."""
+    """Every cut of a learning rate among ``results`` (runs of one or more cells) made on a tie. A rate some of
+    whose seeds were since trained in full (a settling stopped part-way) is still a cut until its last pruned seed
+    trains: its tie is judged at the cut step over every seed, and its ``hashes`` are the seeds still pruned."""
     cells: dict[str, dict[float, list[RunResult]]] = {}
     for result in results:
         cells.setdefault(cell_key(result.config), {}).setdefault(float(result.config.train.lr), []).append(result)
     found = []
     for by_lr in cells.values():
         for lr, runs in by_lr.items():
-            if not all(r.status == "pruned" for r in runs):
+            cut_runs = [r for r in runs if r.status == "pruned"]
+            if not cut_runs:
                 continue
-            step = max(r.steps for r in runs)
-            cut = mean_and_variance(runs, step)
+            step = max(r.steps for r in cut_runs)
+            cut = mean_and_variance([r for r in runs if any(p.step == step for p in r.curve)], step)
             kept = [(other, mean_and_variance(group, step)) for other, group in by_lr.items()
                     if other != lr and all(r.steps > step for r in group)]
             kept = [(other, score) for other, score in kept if score is not None]
@@ -62,5 +65,5 @@ def tied_cuts(results: Sequence[RunResult]) -> list[TiedCut]:
             if tied:
                 model = f"{runs[0].config.model.name}-({runs[0].config.model.layers}, {runs[0].config.model.width})"
                 found.append(TiedCut(model, lr, step, cut[0], worst_lr, worst[0], noise,
-                                     tuple(r.config_hash for r in runs), runs[0].config.train.steps))
+                                     tuple(r.config_hash for r in cut_runs), runs[0].config.train.steps))
     return found
