@@ -104,6 +104,18 @@ def test_the_budget_named_is_the_one_the_slowest_rising_run_needs(tmp_path):
     assert "a budget the accuracy slope cannot tell" in only_flat, only_flat
 
 
+def test_a_budget_read_off_a_gain_within_the_noise_says_it_is_a_rough_guide():
+    from sepbench.claims.learning import learning_reason
+
+    (claim,) = select(None, "dyck-depth")
+    cfg = claim.configs("quick", EVAL)[0]
+    creeping = [(s, 0.80 + 0.002 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]  # loss falls, accuracy barely moves
+    creeping_trend = trend(_run(cfg, creeping))
+    assert creeping_trend.learning and not creeping_trend.rising and creeping_trend.steps_to(0.95) is not None
+    assert "read off a gain within its noise: a rough guide" in learning_reason([_run(cfg, creeping)], 0.95)
+    assert "rough guide" not in learning_reason([_run(cfg, RISING)], 0.95)
+
+
 @pytest.mark.parametrize("curve, label", [(FLAT, "inconclusive: seeds straddle the line, their curves flat"),
                                           (RISING, "inconclusive: still learning at 1500 steps")])
 def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path, curve, label):

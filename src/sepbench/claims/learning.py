@@ -6,7 +6,9 @@ half-width of its stored interval, else a binomial 95% half-width) and than twic
 error; or when its loss falls by more than 1% of its level and twice the fall's standard error. Only runs that used
 their whole budget have a trend: a run that stopped at its threshold is done, and one that did not train (failed,
 diverged) is a gap, never "not solved". A run that used its budget with fewer than three evaluations (a smoke test's
-``train.steps=20``) cannot show that it stopped learning, so it cannot refute a claim either.
+``train.steps=20``) cannot show that it stopped learning, so it cannot refute a claim either. The budget a run
+points to is where its fitted accuracy line reaches the level; read off a gain within the noise (a run that is
+learning by its loss alone), it is marked as a rough guide.
 """
 from __future__ import annotations
 
@@ -43,8 +45,13 @@ class Trend:
     """Fitted accuracy at the budget."""
 
     @property
+    def rising(self) -> bool:
+        """The accuracy gain is beyond its noise."""
+        return self.gain > self.gain_noise
+
+    @property
     def learning(self) -> bool:
-        return self.gain > self.gain_noise or self.loss_fall > self.loss_noise
+        return self.rising or self.loss_fall > self.loss_noise
 
     def steps_to(self, target: float) -> float | None:
         """Steps at which the fitted accuracy line reaches ``target`` (None when it does not rise)."""
@@ -60,6 +67,8 @@ class Trend:
             return rate
         steps = self.steps_to(target)
         where = f"~{steps:,.0f} steps" if steps is not None else "a budget the accuracy slope cannot tell"
+        if steps is not None and steps > self.budget and not self.rising:
+            where += ", read off a gain within its noise: a rough guide"
         return f"{rate}; at that rate {target:.3g} needs {where}"
 
 
