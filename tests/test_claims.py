@@ -461,6 +461,35 @@ def test_a_halving_claim_is_estimated_at_the_steps_its_search_plans(tmp_path, mo
     assert "of a successive-halving search, at the steps it plans" in result.rows[0][-1]
 
 
+def test_a_dry_run_says_whether_the_runs_to_train_fit_the_cpu_scales_core_hour_targets(tmp_path, monkeypatch):
+    from sepbench.claims.reproduce import plan_claim
+    from sepbench.claims.tables import dry_run
+    from sepbench.sweep import costs
+
+    store = Store(tmp_path / "s.db")
+    plans = [plan_claim(c, "cpu", store) for c in select(None, "dyck-depth") + select(None, "yang-lis-sparse-rising")]
+    unit = costs.ShapeCost(1.0, 0.0, "timed")
+    monkeypatch.setattr(costs, "timed_cost", lambda cfg: unit)
+    seconds = dry_run(plans, store).claim_seconds  # at one second a step
+    dyck, lis = seconds["dyck-depth"], seconds["yang-lis-sparse-rising"]
+
+    def verdict(step: float) -> str:
+        monkeypatch.setattr(costs, "timed_cost", lambda cfg: costs.ShapeCost(step, 0.0, "timed"))
+        return dry_run(plans, store).against_targets("cpu")
+
+    assert verdict(5.0 * 3600 / dyck).endswith("the runs still to train fit both")
+    one_past = verdict(7.0 * 3600 / dyck)
+    assert one_past.startswith("the cpu scale aims at <= 6 core-hours a claim and <= 30 in all")
+    assert one_past.endswith("do not fit: past 6 a claim: dyck-depth 7.00")
+    step = 32.0 * 3600 / (dyck + lis)  # past 6 each and past 30 in all
+    assert verdict(step).endswith(f"past 6 a claim: dyck-depth {step * dyck / 3600:.2f}, yang-lis-sparse-rising "
+                                  f"{step * lis / 3600:.2f}; 32.00 in all, past 30")
+    assert dry_run(plans, store).against_targets("quick") is None
+    dry = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "dyck-depth", "--dry-run", "--store",
+                              str(tmp_path / "t.db")], terminal_width=400)
+    assert dry.exit_code == 0 and "the cpu scale aims at <= 6 core-hours a claim" in dry.stdout
+
+
 def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):
     placed = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-ed-local", "--with-model", "lstm",
                                  "--dry-run", "--store", str(tmp_path / "s.db")], terminal_width=300)

@@ -19,6 +19,8 @@ from sepbench.sweep.spec import SweepSpec
 SCALES = ("quick", "cpu", "paper")
 Scale = Literal["quick", "cpu", "paper"]
 PAPERS = ("bhattamishra2024", "yang2024", "deng2023")
+CORE_HOUR_TARGETS: dict[str, tuple[float, float]] = {"cpu": (6.0, 30.0)}
+"""Per scale, the core-hours it aims at: per claim, and for the learned catalogue (docs/reproduction.md)."""
 Selector = dict[str, Any]
 Group = Union[str, Selector, list[Selector]]
 """A theory series label, or runs whose dotted config keys match (a list value: any of), or a union of those."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from sepbench.claims.catalogue import CORE_HOUR_TARGETS
 from sepbench.claims.verdicts import ClaimVerdict
 from sepbench.claims.placement import Placement
 from sepbench.claims.report import shown_verdict
@@ -49,12 +50,32 @@ def beside_rows(shipped: Sequence[ClaimVerdict], mine: Sequence[ClaimVerdict]) -
 @dataclass
 class DryRun:
     """``reproduce --dry-run``: a row per claim (runs, stored, to train, core-hours, estimate), the distinct runs
-    still to train, their estimate in all, and the most core-seconds one claim needs."""
+    still to train, their estimate in all, and each learned claim's core-seconds still to train."""
 
     rows: list[tuple[str, str, str, str, str, str]]
     configs: list[RunConfig]
     total: Estimate
-    most_per_claim: float
+    claim_seconds: dict[str, float]
+
+    @property
+    def most_per_claim(self) -> float:
+        return max(self.claim_seconds.values(), default=0.0)
+
+    def against_targets(self, scale: str) -> str | None:
+        """Whether the runs still to train fit the scale's ``CORE_HOUR_TARGETS``, naming each claim past its own."""
+        if scale not in CORE_HOUR_TARGETS:
+            return None
+        per_claim, in_all = CORE_HOUR_TARGETS[scale]
+        aim = f"the {scale} scale aims at <= {per_claim:g} core-hours a claim and <= {in_all:g} in all"
+        over = [f"{claim} {seconds / 3600:.2f}" for claim, seconds in self.claim_seconds.items()
+                if seconds / 3600 > per_claim]
+        total = self.total.seconds / 3600
+        if not over and total <= in_all:
+            return f"{aim}: the runs still to train fit both"
+        past = [f"past {per_claim:g} a claim: {', '.join(over)}"] if over else []
+        if total > in_all:
+            past.append(f"{total:.2f} in all, past {in_all:g}")
+        return f"{aim}: the runs still to train do not fit: {'; '.join(past)}"
 
 
 def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
@@ -76,8 +97,7 @@ def dry_run(plans: Sequence[ClaimPlan], store: Store) -> DryRun:
         rows.append((p.claim.id, str(len(p.configs)), str(len(p.configs) - len(p.todo)), str(len(p.todo)),
                      f"{found.seconds / 3600:.2f}", found.text(1)))
     unique = list({cfg.config_hash(): cfg for cfg in every}.values())
-    return DryRun(rows, unique, estimate(unique, store, known=known, shares=shares),
-                  max(claim_seconds.values(), default=0.0))
+    return DryRun(rows, unique, estimate(unique, store, known=known, shares=shares), claim_seconds)
 
 
 def placement_rows(placement: Placement) -> list[tuple[str, str, str, bool, str, str, str, str]]:

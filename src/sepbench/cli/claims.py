@@ -358,6 +358,9 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
     say(f"{len(planned.configs)} runs to train: {planned.total.text(workers)}")
     say(f"core-hours (one run on one core, every step, no early stop; runs shared by claims counted once in the "
         f"total): {planned.total.seconds / 3600:.2f} in all; per claim at most {planned.most_per_claim / 3600:.2f}")
+    targets = planned.against_targets(scale)
+    if targets is not None:
+        say(targets)
 
 
 def _print_verdict_blocks(title: str, rows: list[tuple[str, str, str, str, str]]) -> None:
