@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import logging
 import platform
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -88,41 +91,57 @@ def test_fused_scan_passes_gradcheck_at_other_state_sizes(state):
     assert torch.autograd.gradcheck(fused_selective_scan, (*inputs, skip, z))
 
 
+@pytest.fixture(scope="module")
+def flag_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernel cache kept across this module's tests, so that each flag's build is made once."""
+    return tmp_path_factory.mktemp("kernels")
+
+
+@contextmanager
+def kernels_built_with(flag: str, monkeypatch: pytest.MonkeyPatch, caches: Path) -> Iterator[None]:
+    """Inside: Mamba's kernels from a build with the compiler flag ``flag`` added, cached under ``caches``."""
+    cache = caches / flag.lstrip("-")
+    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(cache))
+    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, flag])
+    cpu_kernels._load.cache_clear()
+    try:
+        if kernel_library() is None:
+            pytest.skip(f"Mamba's kernels do not build with {flag} here")
+        assert list(cache.glob("mamba_cpu-*.so"))  # the build was made and is the one used
+        yield
+    finally:
+        cpu_kernels._load.cache_clear()
+
+
 @pytest.mark.parametrize("length", [1, 17, 33])
-def test_register_blocked_backward_passes_gradcheck(length):
-    """N = 16 with the channels a multiple of one vector (8 doubles) takes the register-blocked backward, gated
-    and forming Delta by softplus as Mamba's block calls it."""
+def test_register_blocked_backward_passes_gradcheck(length, monkeypatch, flag_caches):
+    """N = 16 with the channels a multiple of one vector (8 doubles) takes the register-blocked backward (built by
+    default only for AVX-512, here forced on), gated and forming Delta by softplus as Mamba's block calls it."""
     delta, a, u, b, c = scan_inputs(2, length, 16, state=16, dtype=torch.float64, seed=length)
     g = torch.Generator().manual_seed(5)
     skip, bias = (torch.randn(16, generator=g, dtype=torch.float64).requires_grad_() for _ in range(2))
     z = torch.randn(2, length, 16, generator=g, dtype=torch.float64).requires_grad_()
-    assert torch.autograd.gradcheck(fused_selective_scan, (delta, a, u, b, c))
-    scan = lambda *x: fused_selective_scan(*x, delta_softplus=True)  # noqa: E731
-    assert torch.autograd.gradcheck(scan, (delta, a, u, b, c, skip, z, bias))
+    with kernels_built_with("-DSEPBENCH_BLOCKED=1", monkeypatch, flag_caches):
+        assert torch.autograd.gradcheck(fused_selective_scan, (delta, a, u, b, c))
+        scan = lambda *x: fused_selective_scan(*x, delta_softplus=True)  # noqa: E731
+        assert torch.autograd.gradcheck(scan, (delta, a, u, b, c, skip, z, bias))
 
 
-def test_register_blocked_backward_matches_the_row_wise_one(monkeypatch, tmp_path):
-    """The same gated softplus scan at N = 16, E = 128, through the default build (blocked backward) and one built
-    with the blocked kernels off (-DSEPBENCH_BLOCKED=0: the row-wise backward for every shape)."""
+def test_register_blocked_backward_matches_the_row_wise_one(monkeypatch, flag_caches):
+    """The same gated softplus scan at N = 16, E = 128, through a build with the blocked backward forced on and one
+    with it off (-DSEPBENCH_BLOCKED=0: the row-wise backward for every shape)."""
     delta, a, u, b, c = scan_inputs(4, 37, 128, seed=9)
     g = torch.Generator().manual_seed(6)
     skip, bias = (torch.randn(128, generator=g).requires_grad_() for _ in range(2))
     z = torch.randn(4, 37, 128, generator=g).requires_grad_()
     inputs, grad = (delta, a, u, b, c, skip, z, bias), torch.randn(4, 37, 128, generator=g)
 
-    def gradients() -> tuple[torch.Tensor, ...]:
-        out = fused_selective_scan(*inputs, delta_softplus=True)
-        return torch.autograd.grad(out, inputs, grad)
+    def gradients(flag: str) -> tuple[torch.Tensor, ...]:
+        with kernels_built_with(flag, monkeypatch, flag_caches):
+            out = fused_selective_scan(*inputs, delta_softplus=True)
+            return torch.autograd.grad(out, inputs, grad)
 
-    blocked = gradients()
-    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, "-DSEPBENCH_BLOCKED=0"])
-    cpu_kernels._load.cache_clear()
-    try:
-        row_wise = gradients()
-        assert [p.name for p in tmp_path.glob("mamba_cpu-*.so")]  # the second build was made and used
-    finally:
-        cpu_kernels._load.cache_clear()
+    blocked, row_wise = gradients("-DSEPBENCH_BLOCKED=1"), gradients("-DSEPBENCH_BLOCKED=0")
     for name, one, other in zip(("delta", "A", "u", "B", "C", "D", "z", "delta_bias"), blocked, row_wise):
         assert relative_error(one, other) < 1e-6, name
 

@@ -4,7 +4,8 @@
 // [B, T, E, N]; the backward recomputes each span of `span` steps from a state saved every `span` steps by the
 // forward. Layouts (contiguous): delta, u, z, y, out [B, T, E]; A [N, E] and conv weights [K, E] (transposed);
 // Bm, Cm [B, T, N]; saved [B, ceil(T / span), N, E]. Plain C++: the compiler vectorises every loop over the E
-// channels (exp included), so no step needs a horizontal sum across lanes but once per state index.
+// channels (exp included; built with -fno-trapping-math, see cpu_kernels.FLAGS), so no step needs a horizontal sum
+// across lanes but once per state index.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -48,8 +49,24 @@ template <> struct ExpConstants<double> {
     using Bits = int64_t;
 };
 
-constexpr double inverse_factorial(int i) { return i <= 1 ? 1.0 : inverse_factorial(i - 1) / i; }
-constexpr double ln2_power_over_factorial(int i) { return i == 0 ? 1.0 : ln2_power_over_factorial(i - 1) * 0.6931471805599453 / i; }
+// The Taylor coefficients 1 / i! and (ln 2)^i / i!, a table fixed at compile time (GCC 12 compiled recursive
+// constexpr functions called in a loop into calls at run time).
+constexpr int TAYLOR_TERMS = 16;
+struct TaylorCoefficients {
+    double inverse_factorial[TAYLOR_TERMS];
+    double ln2_power_over_factorial[TAYLOR_TERMS];
+};
+constexpr TaylorCoefficients taylor_coefficients() {
+    TaylorCoefficients c{};
+    c.inverse_factorial[0] = c.ln2_power_over_factorial[0] = 1.0;
+    for (int i = 1; i < TAYLOR_TERMS; ++i) {
+        c.inverse_factorial[i] = i == 1 ? 1.0 : c.inverse_factorial[i - 1] / i;
+        c.ln2_power_over_factorial[i] = c.ln2_power_over_factorial[i - 1] * 0.6931471805599453 / i;
+    }
+    return c;
+}
+constexpr TaylorCoefficients TAYLOR = taylor_coefficients();
+static_assert(ExpConstants<double>::terms < TAYLOR_TERMS && ExpConstants<double>::terms2 < TAYLOR_TERMS);
 
 // exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by its Taylor polynomial (truncation 5e-9
 // in float, 4e-18 in double, so the result is within float round-off, ~1e-7 relative in float32). No calls,
@@ -62,9 +79,9 @@ template <typename T> inline T vexp(T x) {
     const T shifted = clamped * T(1.4426950408889634) + K::round;
     const T k = shifted - K::round;
     const T r = (clamped - k * K::ln2_hi) - k * K::ln2_lo;
-    T p = T(inverse_factorial(K::terms));
+    T p = T(TAYLOR.inverse_factorial[K::terms]);
 #pragma GCC unroll 16
-    for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(inverse_factorial(i));
+    for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(TAYLOR.inverse_factorial[i]);
     const Bits power = __builtin_bit_cast(Bits, shifted) - __builtin_bit_cast(Bits, K::round);
     const Bits bits = (power + K::bias) << K::mantissa;
     return x < K::lowest ? T(0) : p * __builtin_bit_cast(T, bits);
@@ -80,9 +97,9 @@ template <typename T> inline T vexp2(T x) {
     const T clamped = x < K::lowest2 ? K::lowest2 : (x > K::highest2 ? K::highest2 : x);
     const T shifted = clamped + K::round;
     const T r = clamped - (shifted - K::round);
-    T p = T(ln2_power_over_factorial(K::terms2));
+    T p = T(TAYLOR.ln2_power_over_factorial[K::terms2]);
 #pragma GCC unroll 16
-    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(ln2_power_over_factorial(i));
+    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(TAYLOR.ln2_power_over_factorial[i]);
     const Bits power = __builtin_bit_cast(Bits, shifted) - __builtin_bit_cast(Bits, K::round);
     return p * __builtin_bit_cast(T, (power + K::bias) << K::mantissa);
 }
@@ -356,10 +373,12 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
     }
 }
 
-// The blocked backward below needs GCC 12's __builtin_shufflevector; with another compiler (or
-// -DSEPBENCH_BLOCKED=0) every shape takes the row-wise kernels above.
+// The blocked backward below needs GCC 12's __builtin_shufflevector and AVX-512's 32 vector registers: with AVX2's
+// 16 the block's adjoints spill, and on an AMD EPYC (AVX2) the row-wise backward took 77 ms where the blocked one
+// took 228 (B = 64, T = 402, E = 128, N = 16, one thread). Elsewhere (or with -DSEPBENCH_BLOCKED=0) every shape
+// takes the row-wise kernels above.
 #ifndef SEPBENCH_BLOCKED
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__AVX512F__)
 #define SEPBENCH_BLOCKED 1
 #else
 #define SEPBENCH_BLOCKED 0
@@ -371,8 +390,8 @@ void conv_backward(const T* x, const T* w, const T* bias, const T* grad_out, T* 
 // channels: each batch row walks its spans back once per block of W channels (one 64-byte vector: 16 floats,
 // 8 doubles) with the block's N adjoints in registers and the span's states and decays in L1, where the row-wise
 // loop loaded and stored every per-channel term once per state index. The kernels above (runtime N and E) keep
-// every other shape. GCC vector types: AVX-512 where the machine has it, else the compiler splits each vector
-// into the widest it has.
+// every other shape. GCC vector types: AVX-512 where the machine has it; forced on elsewhere
+// (-DSEPBENCH_BLOCKED=1), the compiler splits each vector into the widest it has.
 template <typename T> struct Simd;
 template <> struct Simd<float> {
     typedef float V __attribute__((vector_size(64)));
@@ -412,9 +431,9 @@ template <typename T> inline typename Simd<T>::V vexp_v(typename Simd<T>::V x) {
     const V shifted = clamped * T(1.4426950408889634) + round;
     const V k = shifted - round;
     const V r = (clamped - k * K::ln2_hi) - k * K::ln2_lo;
-    V p = splat<V>(T(inverse_factorial(K::terms)));
+    V p = splat<V>(T(TAYLOR.inverse_factorial[K::terms]));
 #pragma GCC unroll 16
-    for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(inverse_factorial(i));
+    for (int i = K::terms - 1; i >= 0; --i) p = p * r + T(TAYLOR.inverse_factorial[i]);
     const I power = (I)shifted - (I)round;
     const V scaled = p * (V)((power + K::bias) << K::mantissa);
     return x < splat<V>(K::lowest) ? V{} : scaled;
@@ -427,9 +446,9 @@ template <typename T> inline typename Simd<T>::V vexp2_v(typename Simd<T>::V x) 
     const V round = splat<V>(K::round), clamped = clamp_v<T>(x, K::lowest2, K::highest2);
     const V shifted = clamped + round;
     const V r = clamped - (shifted - round);
-    V p = splat<V>(T(ln2_power_over_factorial(K::terms2)));
+    V p = splat<V>(T(TAYLOR.ln2_power_over_factorial[K::terms2]));
 #pragma GCC unroll 16
-    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(ln2_power_over_factorial(i));
+    for (int i = K::terms2 - 1; i >= 0; --i) p = p * r + T(TAYLOR.ln2_power_over_factorial[i]);
     const I power = (I)shifted - (I)round;
     return p * (V)((power + K::bias) << K::mantissa);
 }
