@@ -101,16 +101,17 @@ def flag_caches(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def kernels_built_with(flag: str, monkeypatch: pytest.MonkeyPatch, caches: Path) -> Iterator[None]:
     """Inside: Mamba's kernels from a build with the compiler flag ``flag`` added, cached under ``caches``."""
     cache = caches / flag.lstrip("-")
-    monkeypatch.setenv("SEPBENCH_KERNEL_CACHE", str(cache))
-    monkeypatch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, flag])
-    cpu_kernels._load.cache_clear()
-    try:
-        if kernel_library() is None:
-            pytest.skip(f"Mamba's kernels do not build with {flag} here")
-        assert list(cache.glob("mamba_cpu-*.so"))  # the build was made and is the one used
-        yield
-    finally:
+    with monkeypatch.context() as patch:  # undone on leaving: a second build must not stack its flag on this one
+        patch.setenv("SEPBENCH_KERNEL_CACHE", str(cache))
+        patch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, flag])
         cpu_kernels._load.cache_clear()
+        try:
+            if kernel_library() is None:
+                pytest.skip(f"Mamba's kernels do not build with {flag} here")
+            assert list(cache.glob("mamba_cpu-*.so"))  # the build was made and is the one used
+            yield
+        finally:
+            cpu_kernels._load.cache_clear()
 
 
 @pytest.mark.parametrize("length", [1, 17, 33])
@@ -142,6 +143,8 @@ def test_register_blocked_backward_matches_the_row_wise_one(monkeypatch, flag_ca
             return torch.autograd.grad(out, inputs, grad)
 
     blocked, row_wise = gradients("-DSEPBENCH_BLOCKED=1"), gradients("-DSEPBENCH_BLOCKED=0")
+    builds = [next((flag_caches / f"DSEPBENCH_BLOCKED={v}").glob("mamba_cpu-*.so")).read_bytes() for v in (1, 0)]
+    assert builds[0] != builds[1]  # the flag chose different code, so the two backwards compared are not one
     for name, one, other in zip(("delta", "A", "u", "B", "C", "D", "z", "delta_bias"), blocked, row_wise):
         assert relative_error(one, other) < 1e-6, name
 

@@ -25,8 +25,9 @@ import torch
 
 from sepbench.config import ConfigError
 
-# -fno-trapping-math: a comparison may raise a floating-point exception flag under GCC's default, so it keeps a
-# conditional (the exp's clamp) as a branch, and a branch keeps a loop from vectorising; no kernel reads the flags
+# -fno-trapping-math: a comparison may raise a floating-point exception flag under GCC's default, so without
+# AVX-512's masked operations it keeps a conditional (the exp's clamp) as a branch, and a branch keeps a loop from
+# vectorising (on AVX2 every loop over Mamba's channels ran scalar); no kernel reads the flags
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-trapping-math", "-fPIC", "-shared", "-std=c++17"]
 if platform.machine().lower() in ("x86_64", "amd64"):
     # GCC vectorises for AVX-512 machines with 256-bit vectors unless told otherwise; on an Intel Xeon the 512-bit
