@@ -53,6 +53,21 @@ def test_a_stored_runs_cpu_seconds_count_where_it_has_them_else_its_wall_time(tm
     assert costs.stored_costs(store)[costs.shape(paused.config)].step_seconds == 10.0
 
 
+def test_only_runs_of_this_code_on_the_device_they_would_use_here_give_a_cost(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    result = train(tiny())
+    key = costs.shape(result.config)
+    store.put(result.model_copy(update={"device": "cuda"}))  # a device="cpu" config that ran on a GPU elsewhere
+    assert key not in costs.stored_costs(store)
+    store.put(result.model_copy(update={"code_version": "0" * 12}))  # e.g. a kernel since rewritten
+    assert key not in costs.stored_costs(store)
+    gpu_planned = result.model_copy(update={"config": result.config.model_copy(update={"device": "cuda"})})
+    store.put(gpu_planned)  # a config this CPU machine cannot run as written
+    assert costs.shape(gpu_planned.config) not in costs.stored_costs(store)
+    store.put(result)
+    assert costs.stored_costs(store)[key].source == "stored"
+
+
 def test_a_shape_too_large_to_time_falls_back_to_flops():
     huge = RunConfig.model_validate({
         "task": {"name": "index_lookup", "length": 4000},

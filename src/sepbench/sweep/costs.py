@@ -10,7 +10,8 @@ import torch
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.train.environment import default_threads, resolve_device
+from sepbench.train.environment import code_version, default_threads, resolve_device
+from sepbench.train.result import RunResult
 
 TIMED_STEPS = 4
 """Training steps timed per shape, after one untimed step (the first pays for allocations)."""
@@ -82,17 +83,30 @@ def shape(cfg: RunConfig) -> tuple:
 def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
     """Per shape, the median seconds per step of stored finished runs (their evaluations included): a CPU run's
     CPU seconds where it counted them and they are fewer than its wall seconds (on one thread a shared core or a
-    paused process inflates only the wall time; on several, CPU seconds count every thread), else wall seconds."""
+    paused process inflates only the wall time; on several, CPU seconds count every thread), else wall seconds.
+    Only runs that would run alike here count (``comparable``)."""
     import numpy as np
 
     found: dict[tuple, list[float]] = {}
-    for result in store.results():
+    current = code_version()
+    for result in filter(lambda result: comparable(result, current), store.results()):
         seconds = result.wall_seconds
         if result.device == "cpu" and result.cpu_seconds:
             seconds = min(result.cpu_seconds, seconds) if seconds > 0 else result.cpu_seconds
         if result.steps > 0 and seconds > 0 and result.status in ("solved", "completed"):
             found.setdefault(shape(result.config), []).append(seconds / result.steps)
     return {key: ShapeCost(float(np.median(values)), 0.0, "stored") for key, values in found.items()}
+
+
+def comparable(result: RunResult, current_code: str) -> bool:
+    """Whether ``result``'s speed says what its shape costs here: trained by this code (a kernel change alters
+    a step's cost) on the kind of device its config resolves to here (a GPU run does not time a CPU plan). Two
+    CPUs of one kind are not told apart: a store filled on another machine plans at that machine's speed."""
+    try:
+        here = resolve_device(result.config.device).type
+    except ValueError:
+        return False
+    return result.code_version == current_code and torch.device(result.device).type == here
 
 
 def timed_cost(cfg: RunConfig) -> ShapeCost:
