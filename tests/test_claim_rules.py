@@ -335,6 +335,7 @@ def test_a_verdict_resting_on_rates_the_search_cut_on_a_tie_is_inconclusive(tmp_
     assert label == "inconclusive: the rate search cut rates it could not rank"
     deep, shallow = judged(rung_gap=0.3)  # the finalists led clearly at the rung: the cuts stand
     assert deep.verdict == NOT_REPRODUCED and shallow.verdict == REPRODUCED, (deep.reasons, shallow.reasons)
+    assert "best of 2 lr trained in full (7 searched)" in shallow.evidence[0], shallow.evidence
 
 
 def test_settle_ties_trains_the_rates_cut_on_a_tie_in_full_and_decides_on_them(tmp_path):

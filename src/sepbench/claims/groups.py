@@ -54,7 +54,7 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
                 value: Callable[[RunResult], float] = final_accuracy) -> Point:
     """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
     with ``rank`` > 1); the best or worst member by mean ``value`` over the seeds of that learning rate."""
-    members: dict[str, tuple[float, list[RunResult], str, int]] = {}
+    members: dict[str, tuple[float, list[RunResult], str, str]] = {}
     by_cell: dict[str, list[RunResult]] = {}
     for result in slot.results:
         by_cell.setdefault(cell_key(result.config), []).append(result)
@@ -70,13 +70,19 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
         name = member_name(runs[0].config, per)
         mean = float(np.mean([value(r) for r in chosen]))
         if name not in members or mean > members[name][0]:
-            members[name] = (mean, chosen, f"{model_label(runs[0].config)} lr {lr:g}", len(by_lr))
+            members[name] = (mean, chosen, f"{model_label(runs[0].config)} lr {lr:g}", rates_counted(runs, by_lr))
     if not members:
         return Point(label, x, [])
     chosen_member = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])
     _, (_, seeds, where, lrs) = chosen_member
     ordinal = "best" if rank == 1 else f"{_ordinal(rank)} best"
-    return Point(label, x, [value(r) for r in seeds], member=where, detail=f", {ordinal} of {lrs} lr", runs=list(seeds))
+    return Point(label, x, [value(r) for r in seeds], member=where, detail=f", {ordinal} of {lrs}", runs=list(seeds))
+
+
+def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
+    """The learning rates a pick was made among: those trained in full, and the rates a search cut beside them."""
+    searched = len({r.config.train.lr for r in runs})
+    return f"{len(trained)} lr" + (f" trained in full ({searched} searched)" if searched > len(trained) else "")
 
 
 def _ordinal(rank: int) -> str:
