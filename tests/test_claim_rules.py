@@ -76,6 +76,37 @@ def test_a_run_still_learning_makes_not_reproduced_inconclusive(tmp_path, curve,
         assert any("2 evaluations in 1500 steps, at least 3 needed" in r for r in deep.reasons), deep.reasons
 
 
+@pytest.mark.parametrize("curve, verdict", [(RISING, INCONCLUSIVE), (FLAT, REPRODUCED), (NOISY_FLAT, REPRODUCED)])
+def test_a_run_still_rising_on_the_side_that_must_stay_below_makes_reproduced_inconclusive(tmp_path, curve, verdict):
+    """TF-(1, 256) must stay below 0.95 on Dyck: at 0.8 and rising it has not shown that it cannot get there."""
+    def make(cfg):
+        if cfg.model.name == "lstm" or cfg.model.layers == 2:
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        return _run(cfg, curve)
+
+    claim, (deep, shallow) = _evaluate(tmp_path, "dyck-depth", make)
+    assert deep.verdict == REPRODUCED and shallow.verdict == verdict, shallow.reasons
+    if curve is RISING:
+        assert any("still learning at 1500 steps" in r and "on the side that must stay below 0.95" in r
+                   for r in shallow.reasons), shallow.reasons
+        assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [deep, shallow]).label == (
+            "inconclusive: still learning at 1500 steps")
+
+
+@pytest.mark.parametrize("mamba_rises", [True, False])
+def test_a_compare_waits_on_its_losing_side_still_rising_toward_the_margin(tmp_path, mamba_rises):
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        return _run(cfg, [(s, 0.2 + (0.05 * i if mamba_rises else 0.0), 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
+                    if mamba_rises else [(s, 0.2, 2.0) for s in STEPS])
+
+    _, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
+    assert outcome.verdict == (INCONCLUSIVE if mamba_rises else REPRODUCED), outcome.reasons
+    if mamba_rises:  # Mamba at 0.45 must stay below 0.99 - 0.3
+        assert any("on the side that must stay below 0.69" in r for r in outcome.reasons), outcome.reasons
+
+
 def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp_path):
     def make(cfg):
         if cfg.model.name == "transformer":  # seed 0 rises past the 0.7 the margin needs; the others stay flat below

@@ -31,7 +31,9 @@ Rules, the same for every claim:
 * Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
   of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
   budget (``sepbench.claims.learning``): "not reproduced" becomes "inconclusive: still learning at B steps", with
-  the measured slope and the budget it points to; an unsolved width whose runs are still learning is undecided.
+  the measured slope and the budget it points to; so does "reproduced" when a run of the side that must stay below
+  the line (a ``compare``'s b, a ``level`` below its threshold) was still learning toward it; an unsolved width
+  whose runs are still learning is undecided.
   So does a side whose rise could change a ``compare`` or ``level`` verdict when the learning-rate search cut one of
   its rates on a tie (``sepbench.claims.ties``: within the evaluations' noise of a rate it kept, as every rate is
   while none has learned): its best configuration may be one never trained to the budget.
@@ -90,7 +92,8 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
-        learning = _still_learning_reason(condition, points) if verdict != REPRODUCED else None
+        learning = (_still_learning_reason(condition, points) if verdict != REPRODUCED
+                    else _staying_side_learning_reason(condition, points))
         cuts = _deciding_tied_cuts(condition, verdict, searched, points, picks)
         outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
         tie = _tie_text(cuts) if cuts else None
@@ -126,6 +129,21 @@ def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) 
     else:
         rising, target = points[1].runs, max(0.0, max(points[0].values) - condition.margin)
     return learning_reason([r for r in rising if final_accuracy(r) < target], target)
+
+
+def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
+    """Why "reproduced" is not yet decided: a run of the side that had to stay below the line was still learning
+    toward it, so the gap may be the budget's, not the models' (None otherwise)."""
+    if isinstance(condition, Level):
+        if condition.direction == "at_least":
+            return None
+        staying, line = points[0].runs, condition.threshold
+    elif condition.direction == "above":
+        staying, line = points[1].runs, max(0.0, min(points[0].values) - condition.margin)
+    else:
+        staying, line = points[0].runs, min(1.0, min(points[1].values) + condition.margin)
+    reason = learning_reason([r for r in staying if final_accuracy(r) < line], line)
+    return f"{reason}, on the side that must stay below {line:.3g}" if reason else None
 
 
 def _deciding_tied_cuts(condition: Compare | Level, verdict: str, searched: Sequence[Sequence[RunResult]],
