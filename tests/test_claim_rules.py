@@ -107,6 +107,36 @@ def test_a_compare_waits_on_its_losing_side_still_rising_toward_the_margin(tmp_p
         assert any("on the side that must stay below 0.69" in r for r in outcome.reasons), outcome.reasons
 
 
+LONG = [250 * k for k in range(1, 17)]
+LEAVING_CHANCE = [(s, 0.5 + max(0, s - 2750) / 5000, 0.69 - max(0, s - 2750) / 5000) for s in LONG]  # 0.75 at 4000
+DIP_AT_CHANCE = [(s, {3000: 0.40, 3250: 0.45, 3500: 0.50, 3750: 0.55, 4000: 0.56}.get(s, 0.5), 0.69) for s in LONG]
+
+
+@pytest.mark.parametrize("other_rate, verdict", [(LEAVING_CHANCE, INCONCLUSIVE), (DIP_AT_CHANCE, NOT_REPRODUCED)])
+def test_another_rate_leaving_its_level_may_overtake_the_pick_so_not_reproduced_waits(tmp_path, other_rate, verdict):
+    """TF-(2, 64) must reach 0.95: its picked rate (1e-3) is flat at 0.8; at 5e-3 one seed is still rising. It may
+    overtake the pick only if its loss falls too: a dip and recovery at chance does not count."""
+    (claim,) = select(None, "dyck-depth")
+    cfg = claim.configs("quick", EVAL)[0]
+    assert trend(_run(cfg, LEAVING_CHANCE)).leaving_its_level
+    assert trend(_run(cfg, DIP_AT_CHANCE)).rising and not trend(_run(cfg, DIP_AT_CHANCE)).leaving_its_level
+
+    def make(cfg):
+        if cfg.model.name == "lstm":
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.layers == 1:
+            return _run(cfg, [(s, 0.5, 0.69) for s in LONG])
+        if cfg.train.lr == 0.001:
+            return _run(cfg, [(s, 0.8, 0.45) for s in LONG])
+        return _run(cfg, other_rate if cfg.seed == 0 else [(s, 0.5, 0.69) for s in LONG])
+
+    _, (deep, shallow) = _evaluate(tmp_path, "dyck-depth", make)
+    assert shallow.verdict == REPRODUCED and deep.verdict == verdict, deep.reasons
+    assert "lr 0.001" in deep.evidence[0]
+    if verdict == INCONCLUSIVE:
+        assert any("still learning at 4000 steps" in r and "lr 0.005 seed 0" in r for r in deep.reasons), deep.reasons
+
+
 def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp_path):
     def make(cfg):
         if cfg.model.name == "transformer":  # seed 0 rises past the 0.7 the margin needs; the others stay flat below

@@ -30,7 +30,9 @@ Rules, the same for every claim:
   largest length is larger on task b than on task a.
 * Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
   of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
-  budget (``sepbench.claims.learning``): "not reproduced" becomes "inconclusive: still learning at B steps", with
+  budget (``sepbench.claims.learning``), at the rate picked or, its accuracy rising beyond the noise as its loss
+  falls, at any other (it may overtake the pick):
+  "not reproduced" becomes "inconclusive: still learning at B steps", with
   the measured slope and the budget it points to; so does "reproduced" when a run of the side that must stay below
   the line (a ``compare``'s b, a ``level`` below its threshold) was still learning toward it; an unsolved width
   whose runs are still learning is undecided.
@@ -48,7 +50,7 @@ from typing import Sequence
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
-from sepbench.claims.learning import learning_reason
+from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, Outcome, Point,
                                       combine, compare_verdict, level_verdict)
@@ -92,8 +94,8 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
-        learning = (_still_learning_reason(condition, points) if verdict != REPRODUCED
-                    else _staying_side_learning_reason(condition, points))
+        learning = (_still_learning_reason(condition, points, searched, picks) if verdict != REPRODUCED
+                    else _staying_side_learning_reason(condition, points, searched, picks))
         cuts = _deciding_tied_cuts(condition, verdict, searched, points, picks)
         outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
         tie = _tie_text(cuts) if cuts else None
@@ -117,32 +119,55 @@ def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
     return level is not None and all(v >= level for p in points for v in p.values)
 
 
-def _still_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
-    """Why "not reproduced" (or seeds on both sides) is not yet decided: a run of the side that had to rise was
-    still learning (None otherwise)."""
+def _side_runs(condition: Compare | Level, searched: Sequence[Sequence[RunResult]], points: Sequence[Point],
+               picks: Sequence[str], side: int) -> list[RunResult]:
+    """The runs whose rise could move a side's value: the picked seeds, and beside them every run of the side (each
+    rate; each member, or with a ``pick`` other than best the picked member's) whose accuracy was rising beyond its
+    noise with its loss falling (``Trend.leaving_its_level``), which may overtake the pick. A rise alone is what a
+    run at chance shows now and then among a search's many runs (a dip and its recovery)."""
+    results, point = searched[side], points[side]
+    if picks[side] != "best" and point.runs:
+        member = member_name(point.runs[0].config, condition.per)
+        results = [r for r in results if member_name(r.config, condition.per) == member]
+    picked = {r.config_hash for r in point.runs}
+    return [r for r in results if r.config_hash in picked or _leaving_its_level(r)]
+
+
+def _leaving_its_level(result: RunResult) -> bool:
+    found = trend(result)
+    return found is not None and found.leaving_its_level
+
+
+def _still_learning_reason(condition: Compare | Level, points: Sequence[Point],
+                           searched: Sequence[Sequence[RunResult]], picks: Sequence[str]) -> str | None:
+    """Why "not reproduced" (or seeds on both sides) is not yet decided: a run of the side that had to rise, at
+    any of its rates, was still learning toward the line (None otherwise)."""
     if isinstance(condition, Level):
-        rising, target = points[0].runs, condition.threshold
         if condition.direction != "at_least":
             return None
+        side, target = 0, condition.threshold
     elif condition.direction == "above":
-        rising, target = points[0].runs, min(1.0, max(points[1].values) + condition.margin)
+        side, target = 0, min(1.0, max(points[1].values) + condition.margin)
     else:
-        rising, target = points[1].runs, max(0.0, max(points[0].values) - condition.margin)
-    return learning_reason([r for r in rising if final_accuracy(r) < target], target)
+        side, target = 1, max(0.0, max(points[0].values) - condition.margin)
+    runs = _side_runs(condition, searched, points, picks, side)
+    return learning_reason([r for r in runs if final_accuracy(r) < target], target)
 
 
-def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[Point]) -> str | None:
-    """Why "reproduced" is not yet decided: a run of the side that had to stay below the line was still learning
-    toward it, so the gap may be the budget's, not the models' (None otherwise)."""
+def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[Point],
+                                  searched: Sequence[Sequence[RunResult]], picks: Sequence[str]) -> str | None:
+    """Why "reproduced" is not yet decided: a run of the side that had to stay below the line, at any of its
+    rates, was still learning toward it, so the gap may be the budget's, not the models' (None otherwise)."""
     if isinstance(condition, Level):
         if condition.direction == "at_least":
             return None
-        staying, line = points[0].runs, condition.threshold
+        side, line = 0, condition.threshold
     elif condition.direction == "above":
-        staying, line = points[1].runs, max(0.0, min(points[0].values) - condition.margin)
+        side, line = 1, max(0.0, min(points[0].values) - condition.margin)
     else:
-        staying, line = points[0].runs, min(1.0, min(points[1].values) + condition.margin)
-    reason = learning_reason([r for r in staying if final_accuracy(r) < line], line)
+        side, line = 0, min(1.0, min(points[1].values) + condition.margin)
+    runs = _side_runs(condition, searched, points, picks, side)
+    reason = learning_reason([r for r in runs if final_accuracy(r) < line], line)
     return f"{reason}, on the side that must stay below {line:.3g}" if reason else None
 
 

@@ -43,6 +43,8 @@ class Trend:
     loss_noise: float
     last: float
     """Fitted accuracy at the budget."""
+    loss_level: float = math.nan
+    """Mean loss over the last quarter."""
 
     @property
     def rising(self) -> bool:
@@ -53,6 +55,12 @@ class Trend:
     def learning(self) -> bool:
         return self.rising or self.loss_fall > self.loss_noise
 
+    @property
+    def leaving_its_level(self) -> bool:
+        """Accuracy rising beyond its noise while the loss falls by more than ``LOSS_FLOOR`` of its level: what a
+        run that is learning shows, and a run at chance whose evaluations dip and recover does not."""
+        return self.rising and self.loss_fall > LOSS_FLOOR * self.loss_level
+
     def steps_to(self, target: float) -> float | None:
         """Steps at which the fitted accuracy line reaches ``target`` (None when it does not rise)."""
         if self.last >= target:
@@ -60,7 +68,8 @@ class Trend:
         return self.budget + (target - self.last) / self.slope if self.slope * self.budget > ROUND_OFF else None
 
     def text(self, target: float | None = None) -> str:
-        rate = f"accuracy {self.slope * 1000:+.3f} per 1k steps over the last quarter (noise {self.gain_noise:.3f})"
+        rate = (f"accuracy {self.slope * 1000:+.3f} per 1k steps, {self.gain:+.3f} over the last quarter "
+                f"(noise {self.gain_noise:.3f})")
         if self.loss_fall > self.loss_noise:
             rate += f", loss falling {self.loss_fall:.3f} (noise {self.loss_noise:.3f})"
         if target is None:
@@ -98,12 +107,13 @@ def trend(result: RunResult) -> Trend | None:
     slope, intercept, error = _fit(steps, accuracy)
     noise = max(evaluation_noise(tail[-1], result.config.train.eval_samples), 2 * error * span)
     losses = np.array([p.loss for p in tail])
-    fall, loss_noise = 0.0, math.inf
+    fall, loss_noise, level = 0.0, math.inf, math.nan
     if np.all(np.isfinite(losses)):
+        level = float(np.abs(losses).mean())
         loss_slope, _, loss_error = _fit(steps, losses)
         fall = -loss_slope * span
-        loss_noise = max(LOSS_FLOOR * float(np.abs(losses).mean()), 2 * loss_error * span)
-    return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept)
+        loss_noise = max(LOSS_FLOOR * level, 2 * loss_error * span)
+    return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept, level)
 
 
 def too_few_evaluations(result: RunResult) -> bool:
@@ -137,7 +147,7 @@ def learning_reason(results: Sequence[RunResult], target: float | None) -> str |
     flat = len(learning) - len(rising) if rising else 0
     others = f"; {flat} more with loss falling, accuracy not rising" if flat else ""
     return (f"{STILL_LEARNING} {chosen.budget} steps ({len(learning)} of {len(results)} deciding runs; "
-            f"seed {result.config.seed}: {chosen.text(target)}{others})")
+            f"lr {result.config.train.lr:g} seed {result.config.seed}: {chosen.text(target)}{others})")
 
 
 def _too_few_reason(results: Sequence[RunResult]) -> str | None:
@@ -149,5 +159,5 @@ def _too_few_reason(results: Sequence[RunResult]) -> str | None:
     count = _finite_points(first)
     evaluations = f"{count} evaluation{'s' * (count != 1)}"
     return (f"{TOO_FEW_EVALUATIONS} whether the runs stopped learning ({len(short)} of {len(results)} deciding runs; "
-            f"seed {first.config.seed}: {evaluations} in {first.steps} steps, at least "
+            f"lr {first.config.train.lr:g} seed {first.config.seed}: {evaluations} in {first.steps} steps, at least "
             f"{MIN_POINTS} needed: train longer or evaluate more often)")
