@@ -98,7 +98,7 @@ def test_a_compare_waits_on_its_losing_side_still_rising_toward_the_margin(tmp_p
     def make(cfg):
         if cfg.model.name == "transformer":
             return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
-        return _run(cfg, [(s, 0.2 + (0.05 * i if mamba_rises else 0.0), 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
+        return _run(cfg, [(s, 0.2 + 0.05 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
                     if mamba_rises else [(s, 0.2, 2.0) for s in STEPS])
 
     _, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
@@ -109,7 +109,8 @@ def test_a_compare_waits_on_its_losing_side_still_rising_toward_the_margin(tmp_p
 
 LONG = [250 * k for k in range(1, 17)]
 LEAVING_CHANCE = [(s, 0.5 + max(0, s - 2750) / 5000, 0.69 - max(0, s - 2750) / 5000) for s in LONG]  # 0.75 at 4000
-DIP_AT_CHANCE = [(s, {3000: 0.40, 3250: 0.45, 3500: 0.50, 3750: 0.55, 4000: 0.56}.get(s, 0.5), 0.69) for s in LONG]
+_DIP = {3000: 0.40, 3250: 0.45, 3500: 0.50, 3750: 0.55, 4000: 0.56}
+DIP_AT_CHANCE = [(s, _DIP.get(s, 0.5), 0.69 + 0.1 * (0.5 - _DIP.get(s, 0.5))) for s in LONG]  # the loss moves with it
 
 
 @pytest.mark.parametrize("other_rate, verdict", [(LEAVING_CHANCE, INCONCLUSIVE), (DIP_AT_CHANCE, NOT_REPRODUCED)])
@@ -135,6 +136,40 @@ def test_another_rate_leaving_its_level_may_overtake_the_pick_so_not_reproduced_
     assert "lr 0.001" in deep.evidence[0]
     if verdict == INCONCLUSIVE:
         assert any("still learning at 4000 steps" in r and "lr 0.005 seed 0" in r for r in deep.reasons), deep.reasons
+
+
+@pytest.mark.parametrize("rising_member, verdict", [("mamba", INCONCLUSIVE), ("dss", NOT_REPRODUCED)])
+def test_with_pick_worst_only_the_picked_members_other_rates_may_overtake(tmp_path, rising_member, verdict):
+    """Eq-random's worst of TF, DSS and Mamba must reach 0.95: Mamba, the worst, is flat at 0.8 at lr 1e-3; a rate
+    of Mamba's still leaving its level may lift it, one of DSS (already above Mamba) cannot lift the worst."""
+    def make(cfg):
+        if cfg.model.name in ("transformer", "dss") and not (cfg.model.name == rising_member and cfg.train.lr == 0.005):
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        if cfg.model.name == rising_member and cfg.train.lr == 0.005:
+            return _run(cfg, LEAVING_CHANCE if cfg.seed == 0 else [(s, 0.5, 0.69) for s in LONG])
+        if cfg.model.name == "mamba":
+            return _run(cfg, [(s, 0.8, 0.45) for s in LONG])
+        return _run(cfg, [(s, 0.5, 0.69) for s in LONG])
+
+    _, (worst, _) = _evaluate(tmp_path, "eq-random", make)
+    assert "mamba-(1, 64) lr 0.001" in worst.evidence[0], worst.evidence
+    assert worst.verdict == verdict, worst.reasons
+
+
+@pytest.mark.parametrize("wide_rises", [True, False])
+def test_a_compare_below_waits_on_its_a_side_still_rising_toward_b_plus_the_margin(tmp_path, wide_rises):
+    """mamba-width's LSTM at the wider width must not beat the narrower by 0.1: at 0.03-0.08 and learning it may."""
+    def make(cfg):
+        if cfg.model.name == "mamba":
+            return _run(cfg, [(s, 0.2 if cfg.model.width == 16 else 0.5, 1.0) for s in LONG])
+        if cfg.model.width == 64 and wide_rises and cfg.train.lr == 0.001:
+            return _run(cfg, [(s, 0.03 + max(0, s - 2750) / 25000, 4.0 - max(0, s - 2750) / 1000) for s in LONG])
+        return _run(cfg, [(s, 0.02, 4.1) for s in LONG])
+
+    _, (_, no_gain, _) = _evaluate(tmp_path, "mamba-width", make)
+    assert no_gain.verdict == (INCONCLUSIVE if wide_rises else REPRODUCED), no_gain.reasons
+    if wide_rises:
+        assert any("on the side that must stay below 0.12" in r for r in no_gain.reasons), no_gain.reasons
 
 
 def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp_path):

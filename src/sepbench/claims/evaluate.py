@@ -33,9 +33,10 @@ Rules, the same for every claim:
   budget (``sepbench.claims.learning``), at the rate picked or, its accuracy rising beyond the noise as its loss
   falls, at any other (it may overtake the pick):
   "not reproduced" becomes "inconclusive: still learning at B steps", with
-  the measured slope and the budget it points to; so does "reproduced" when a run of the side that must stay below
-  the line (a ``compare``'s b, a ``level`` below its threshold) was still learning toward it; an unsolved width
-  whose runs are still learning is undecided.
+  the measured slope and the budget it points to; so does "reproduced", and seeds straddling the line, when a run
+  of the side that must stay below the line (a ``compare``'s b, a ``level`` below its threshold) was still
+  learning toward it; a deciding run that used its budget with too few evaluations to tell leaves either verdict
+  open the same way. An unsolved width whose runs are still learning is undecided.
   So does a side whose rise could change a ``compare`` or ``level`` verdict when the learning-rate search cut one of
   its rates on a tie (``sepbench.claims.ties``: within the evaluations' noise of a rate it kept, as every rate is
   while none has learned): its best configuration may be one never trained to the budget.
@@ -94,8 +95,9 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
             verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
-        learning = (_still_learning_reason(condition, points, searched, picks) if verdict != REPRODUCED
-                    else _staying_side_learning_reason(condition, points, searched, picks))
+        learning = _still_learning_reason(condition, points, searched, picks) if verdict != REPRODUCED else None
+        if verdict != NOT_REPRODUCED and not learning:
+            learning = _staying_side_learning_reason(condition, points, searched, picks)
         cuts = _deciding_tied_cuts(condition, verdict, searched, points, picks)
         outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
         tie = _tie_text(cuts) if cuts else None
@@ -120,17 +122,19 @@ def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
 
 
 def _side_runs(condition: Compare | Level, searched: Sequence[Sequence[RunResult]], points: Sequence[Point],
-               picks: Sequence[str], side: int) -> list[RunResult]:
+               picks: Sequence[str], side: int, line: float) -> list[RunResult]:
     """The runs whose rise could move a side's value: the picked seeds, and beside them every run of the side (each
     rate; each member, or with a ``pick`` other than best the picked member's) whose accuracy was rising beyond its
-    noise with its loss falling (``Trend.leaving_its_level``), which may overtake the pick. A rise alone is what a
-    run at chance shows now and then among a search's many runs (a dip and its recovery)."""
+    noise to a new low of its loss (``Trend.leaving_its_level``), which may overtake the pick. A rise alone is
+    what a run at chance shows now and then among a search's many runs (a dip and its recovery). Each counts
+    while short of ``line``: a run past it moves the verdict only through the pick, with its rate's other seeds."""
     results, point = searched[side], points[side]
     if picks[side] != "best" and point.runs:
         member = member_name(point.runs[0].config, condition.per)
         results = [r for r in results if member_name(r.config, condition.per) == member]
     picked = {r.config_hash for r in point.runs}
-    return [r for r in results if r.config_hash in picked or _leaving_its_level(r)]
+    return [r for r in results
+            if final_accuracy(r) < line and (r.config_hash in picked or _leaving_its_level(r))]
 
 
 def _leaving_its_level(result: RunResult) -> bool:
@@ -150,8 +154,7 @@ def _still_learning_reason(condition: Compare | Level, points: Sequence[Point],
         side, target = 0, min(1.0, max(points[1].values) + condition.margin)
     else:
         side, target = 1, max(0.0, max(points[0].values) - condition.margin)
-    runs = _side_runs(condition, searched, points, picks, side)
-    return learning_reason([r for r in runs if final_accuracy(r) < target], target)
+    return learning_reason(_side_runs(condition, searched, points, picks, side, target), target)
 
 
 def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[Point],
@@ -166,8 +169,7 @@ def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[P
         side, line = 1, max(0.0, min(points[0].values) - condition.margin)
     else:
         side, line = 0, min(1.0, min(points[1].values) + condition.margin)
-    runs = _side_runs(condition, searched, points, picks, side)
-    reason = learning_reason([r for r in runs if final_accuracy(r) < line], line)
+    reason = learning_reason(_side_runs(condition, searched, points, picks, side, line), line)
     return f"{reason}, on the side that must stay below {line:.3g}" if reason else None
 
 

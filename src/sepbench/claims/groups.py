@@ -81,8 +81,8 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
 
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
     """The learning rates a pick was made among: those trained in full, and the rates a search cut beside them."""
-    searched = len({r.config.train.lr for r in runs})
-    return f"{len(trained)} lr" + (f" trained in full ({searched} searched)" if searched > len(trained) else "")
+    cut = {r.config.train.lr for r in runs if r.status == "pruned"} - set(trained)
+    return f"{len(trained)} lr" + (f" trained in full ({len(trained) + len(cut)} searched)" if cut else "")
 
 
 def _ordinal(rank: int) -> str:

@@ -43,8 +43,10 @@ class Trend:
     loss_noise: float
     last: float
     """Fitted accuracy at the budget."""
-    loss_level: float = math.nan
-    """Mean loss over the last quarter."""
+    loss_now: float = math.nan
+    """The loss at the budget."""
+    loss_before: float = math.nan
+    """The lowest loss before the last quarter (nan when no evaluation came before it)."""
 
     @property
     def rising(self) -> bool:
@@ -56,10 +58,16 @@ class Trend:
         return self.rising or self.loss_fall > self.loss_noise
 
     @property
+    def new_low(self) -> bool:
+        """The loss at the budget is more than ``LOSS_FLOOR`` below its lowest before the last quarter."""
+        return self.loss_now < (1 - LOSS_FLOOR) * self.loss_before
+
+    @property
     def leaving_its_level(self) -> bool:
-        """Accuracy rising beyond its noise while the loss falls by more than ``LOSS_FLOOR`` of its level: what a
-        run that is learning shows, and a run at chance whose evaluations dip and recover does not."""
-        return self.rising and self.loss_fall > LOSS_FLOOR * self.loss_level
+        """Accuracy rising beyond its noise to a loss lower than any before the last quarter: what a run that is
+        learning shows, and a run at chance whose evaluations dip and recover does not (its loss returns to where
+        it was)."""
+        return self.rising and self.new_low
 
     def steps_to(self, target: float) -> float | None:
         """Steps at which the fitted accuracy line reaches ``target`` (None when it does not rise)."""
@@ -72,6 +80,8 @@ class Trend:
                 f"(noise {self.gain_noise:.3f})")
         if self.loss_fall > self.loss_noise:
             rate += f", loss falling {self.loss_fall:.3f} (noise {self.loss_noise:.3f})"
+        elif self.new_low:
+            rate += f", loss at a new low ({self.loss_now:.3f}; {self.loss_before:.3f} before the last quarter)"
         if target is None:
             return rate
         steps = self.steps_to(target)
@@ -107,13 +117,14 @@ def trend(result: RunResult) -> Trend | None:
     slope, intercept, error = _fit(steps, accuracy)
     noise = max(evaluation_noise(tail[-1], result.config.train.eval_samples), 2 * error * span)
     losses = np.array([p.loss for p in tail])
-    fall, loss_noise, level = 0.0, math.inf, math.nan
+    earlier = [p.loss for p in finite if p.step < tail[0].step and math.isfinite(p.loss)]
+    fall, loss_noise = 0.0, math.inf
     if np.all(np.isfinite(losses)):
-        level = float(np.abs(losses).mean())
         loss_slope, _, loss_error = _fit(steps, losses)
         fall = -loss_slope * span
-        loss_noise = max(LOSS_FLOOR * level, 2 * loss_error * span)
-    return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept, level)
+        loss_noise = max(LOSS_FLOOR * float(np.abs(losses).mean()), 2 * loss_error * span)
+    return Trend(budget, slope, slope * span, noise, fall, loss_noise, slope * steps[-1] + intercept,
+                 float(losses[-1]), min(earlier, default=math.nan))
 
 
 def too_few_evaluations(result: RunResult) -> bool:

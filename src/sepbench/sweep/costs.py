@@ -101,10 +101,11 @@ def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
 def comparable(result: RunResult, current_code: str) -> bool:
     """Whether ``result``'s speed says what its shape costs here: trained by this code (a kernel change alters
     a step's cost) on the kind of device its config resolves to here (a GPU run does not time a CPU plan). Two
-    CPUs of one kind are not told apart: a store filled on another machine plans at that machine's speed."""
+    devices of one type (two CPUs, two GPUs) are not told apart: a store filled on another machine plans at that
+    machine's speed."""
     try:
         here = resolve_device(result.config.device).type
-    except ValueError:
+    except (ValueError, RuntimeError):
         return False
     return result.code_version == current_code and torch.device(result.device).type == here
 
