@@ -29,11 +29,11 @@ Rules, the same for every claim:
 * ``growth_order``: per model, the factor by which the smallest solving width grows from the smallest to the
   largest length is larger on task b than on task a.
 * Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
-  of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a deciding run still learning at the end of its
-  budget (``sepbench.claims.learning``), at the rate picked or, its accuracy rising beyond the noise as its loss
-  falls, at any other (it may overtake the pick):
-  "not reproduced" becomes "inconclusive: still learning at B steps", with
-  the measured slope and the budget it points to; so does "reproduced", and seeds straddling the line, when a run
+  of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a
+  deciding run still learning at the end of its budget (``sepbench.claims.learning``), at the rate picked or, its
+  accuracy rising beyond the noise to a new low of its loss, at any other (it may overtake the pick): "not
+  reproduced" becomes "inconclusive: still learning at B steps", with the measured slope and the budget it points
+  to; so does "reproduced", and seeds straddling the line, when a run
   of the side that must stay below the line (a ``compare``'s b, a ``level`` below its threshold) was still
   learning toward it; a deciding run that used its budget with too few evaluations to tell leaves either verdict
   open the same way. An unsolved width whose runs are still learning is undecided.
