@@ -229,6 +229,33 @@ def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path,
         assert any("seeds straddle 0.95 (0.8000 to 0.9900)" in r for r in deep.reasons), deep.reasons
 
 
+@pytest.mark.parametrize("sparse_seeds, verdict", [((0.95, 0.92, 0.5), REPRODUCED), ((0.95, 0.5, 0.5), NOT_REPRODUCED)])
+def test_a_level_with_seeds_needed_asks_k_of_the_seeds_of_its_worst_member(tmp_path, sparse_seeds, verdict):
+    """Yang's "solved" (2 of 3 seeds at 0.9). Linear, at 0.91 on two seeds and 0 on the third, has the lowest
+    mean but is solved; Sparse with one seed at the level is the worst member by its second-best seed."""
+    def make(cfg):
+        accuracy = {"sparse_transformer": sparse_seeds, "linear_transformer": (0.91, 0.91, 0.0)}.get(
+            cfg.model.name, (0.95, 0.95, 0.95))[cfg.seed]
+        return _run(cfg, [(s, accuracy, 0.2) for s in STEPS])
+
+    _, (outcome,) = _evaluate(tmp_path, "yang-arithmetic-512", make)
+    assert outcome.verdict == verdict, outcome.reasons
+    if verdict == NOT_REPRODUCED:
+        assert all("sparse_transformer-(3, 96)" in e for e in outcome.evidence), outcome.evidence
+
+
+def test_seeds_needed_is_for_a_level_that_must_be_reached():
+    from pydantic import ValidationError
+
+    from sepbench.claims.catalogue import Level
+    from sepbench.claims.verdicts import level_verdict
+
+    assert level_verdict([0.95, 0.92, 0.5], 0.9, seeds_needed=2) == REPRODUCED
+    assert level_verdict([0.95, 0.5, 0.5], 0.9, seeds_needed=2) == NOT_REPRODUCED
+    with pytest.raises(ValidationError, match="seeds_needed applies to direction at_least only"):
+        Level(kind="level", text="t", group={}, threshold=0.9, direction="below", seeds_needed=2)
+
+
 def _rate_runs(fast_step: int, lstm_learns: bool, slow_lr_fails: bool = False):
     def make(cfg):
         if cfg.model.name == "transformer":

@@ -143,6 +143,14 @@ class Level(ConditionBase):
     threshold: float
     direction: Literal["at_least", "below"] = "at_least"
     lrs: int = Field(1, ge=1, description="learning rates at which it must hold (the lrs-th best decides)")
+    seeds_needed: int | None = Field(None, ge=1, description="seeds of a member at or above the threshold for it "
+                                     "to reach it, e.g. 2 for Yang's 'solved in 2 of 3' (default: every seed)")
+
+    @model_validator(mode="after")
+    def _seeds_needed_reach_a_level(self) -> "Level":
+        if self.seeds_needed is not None and self.direction != "at_least":
+            raise ValueError("seeds_needed applies to direction at_least only")
+        return self
 
 
 class Rate(ConditionBase):

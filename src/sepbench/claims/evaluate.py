@@ -11,7 +11,8 @@ Rules, the same for every claim:
 * ``compare`` (a beats b by ``margin``): reproduced when even the worst seed pairing clears the margin
   (min a - max b >= margin), not reproduced when even the best does not (max a - min b < margin), inconclusive
   when the seeds straddle it. ``below`` swaps the two.
-* ``level`` (at least ``threshold``): reproduced when every seed is at or above it, not reproduced when none is.
+* ``level`` (at least ``threshold``): reproduced when every seed is at or above it, not reproduced when none is;
+  with ``seeds_needed`` = k, reproduced when k seeds are (members ranked by their k-th best seed), else not.
 * Smallest solving widths (solved = accuracy >= threshold in k of m seeds at the best learning rate) are sets of
   grid widths the data leave possible (between the largest width decided unsolved and the smallest solved,
   unbounded when none solved): an order holds when every possible value of one side is below every possible
@@ -46,7 +47,9 @@ Rules, the same for every claim:
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
@@ -79,7 +82,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
                 reasons.append(f"N={n}: no run of {group_label(group)} in the claim's specs")
                 points.append(Point(group_label(group), n, []))
                 continue
-            point = group_point(slot, group_label(group), n, condition.per, pick, rank)
+            point = group_point(slot, group_label(group), n, condition.per, pick, rank, score=_member_score(condition))
             points.append(point)
             reasons += [f"N={n}: {r}" for r in gaps(slot, min_seeds, point)]
         outcome.points += points
@@ -94,7 +97,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
         if isinstance(condition, Compare):
             verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
         else:
-            verdict = level_verdict(points[0].values, condition.threshold, condition.direction)
+            verdict = level_verdict(points[0].values, condition.threshold, condition.direction, condition.seeds_needed)
         learning = _still_learning_reason(condition, points, searched, picks) if verdict != REPRODUCED else None
         if verdict != NOT_REPRODUCED and not learning:
             learning = _staying_side_learning_reason(condition, points, searched, picks)
@@ -114,6 +117,15 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
                                "every length is outside the claim: both sides reach "
                                f"{condition.outside_if_both_reach:g} there")
     return outcome
+
+
+def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], float]:
+    """How members are ranked: the mean over their seeds, or with ``seeds_needed`` = k the k-th best seed, so that
+    the worst member is the one furthest from having k seeds at the level."""
+    k = condition.seeds_needed if isinstance(condition, Level) else None
+    if k is None:
+        return lambda values: float(np.mean(values))
+    return lambda values: sorted(values, reverse=True)[k - 1] if len(values) >= k else -math.inf
 
 
 def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:

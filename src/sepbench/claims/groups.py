@@ -51,9 +51,11 @@ def final_accuracy(result: RunResult) -> float:
 
 
 def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str, rank: int = 1,
-                value: Callable[[RunResult], float] = final_accuracy) -> Point:
+                value: Callable[[RunResult], float] = final_accuracy,
+                score: Callable[[Sequence[float]], float] = lambda values: float(np.mean(values))) -> Point:
     """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
-    with ``rank`` > 1); the best or worst member by mean ``value`` over the seeds of that learning rate."""
+    with ``rank`` > 1, rates ranked by mean ``value``); the best or worst member by ``score`` (the mean unless
+    given) of ``value`` over the seeds of that learning rate."""
     members: dict[str, tuple[float, list[RunResult], str, str]] = {}
     by_cell: dict[str, list[RunResult]] = {}
     for result in slot.results:
@@ -68,9 +70,9 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
             continue
         lr, chosen = ranked[rank - 1]
         name = member_name(runs[0].config, per)
-        mean = float(np.mean([value(r) for r in chosen]))
-        if name not in members or mean > members[name][0]:
-            members[name] = (mean, chosen, f"{model_label(runs[0].config)} lr {lr:g}", rates_counted(runs, by_lr))
+        scored = score([value(r) for r in chosen])
+        if name not in members or scored > members[name][0]:
+            members[name] = (scored, chosen, f"{model_label(runs[0].config)} lr {lr:g}", rates_counted(runs, by_lr))
     if not members:
         return Point(label, x, [])
     chosen_member = (max if pick == "best" else min)(members.items(), key=lambda item: item[1][0])

@@ -128,9 +128,13 @@ def compare_verdict(a: Sequence[float], b: Sequence[float], margin: float, direc
     return REPRODUCED if high < margin else NOT_REPRODUCED if low >= margin else INCONCLUSIVE
 
 
-def level_verdict(values: Sequence[float], threshold: float, direction: str = "at_least") -> str:
-    """Every seed at/above ``threshold`` (reproduced), none (not reproduced), some (inconclusive); ``below`` flips."""
+def level_verdict(values: Sequence[float], threshold: float, direction: str = "at_least",
+                  seeds_needed: int | None = None) -> str:
+    """Every seed at/above ``threshold`` (reproduced), none (not reproduced), some (inconclusive); ``below`` flips.
+    With ``seeds_needed`` = k: at least k seeds at/above it (reproduced), else not reproduced."""
     above = [v >= threshold for v in values]
+    if seeds_needed is not None:
+        return REPRODUCED if sum(above) >= seeds_needed else NOT_REPRODUCED
     if direction == "below":
         above = [not a for a in above]
     return REPRODUCED if all(above) else NOT_REPRODUCED if not any(above) else INCONCLUSIVE
