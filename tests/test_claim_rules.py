@@ -718,3 +718,17 @@ def test_a_settling_stopped_part_way_trains_the_rest_of_a_half_settled_rate(tmp_
     assert rounds[0] == [("lstm", 1e-2, c.seed) for c in half[1:]], rounds
     assert all(store.get(c.config_hash()).status == "completed" for c in half)
     assert lstm_cuts() == []
+
+
+def test_a_table_of_several_claims_shows_three_reasons_a_condition_and_says_where_the_rest_are():
+    from sepbench.claims.tables import verdict_rows
+    from sepbench.claims.verdicts import Outcome
+
+    claims = select(None, "yang-width-flops") + select(None, "yang-efficient-larger")
+    verdicts = [ClaimVerdict(c, "cpu", INCONCLUSIVE, [Outcome("t", INCONCLUSIVE, reasons=[f"r{i}" for i in range(5)])])
+                for c in claims]
+    several = verdict_rows(verdicts)[0][2]
+    assert "inconclusive: r2" in several and "r3" not in several
+    assert "(2 more reasons: `--claim yang-width-flops` shows every one)" in several
+    alone = verdict_rows(verdicts[:1])[0][2]
+    assert "inconclusive: r4" in alone and "more reason" not in alone

@@ -25,16 +25,24 @@ def budget_text(scale: str, overrides: dict[str, Any]) -> str:
     return f"Scale: {scale} (budgets in each claim's specs: docs/reproduction.md){extra}."
 
 
+SHOWN_REASONS = 3
+"""Reasons shown per condition in a table of several claims; a table of one claim shows every one."""
+
+
 def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, str, str]]:
     """Per claim: id, paper and place, each condition's verdict with its evidence, the verdict, its cost
     (``ClaimVerdict.cost``)."""
+    shown = SHOWN_REASONS if len(verdicts) > 1 else None
     rows = []
     for v in verdicts:
         lines = []
         for o in v.outcomes:
             lines.append(f"{o.text}: {o.verdict}")
             lines += [f"  {e}" for e in o.evidence]
-            lines += [f"  inconclusive: {r}" for r in o.reasons[:3]]
+            lines += [f"  inconclusive: {r}" for r in o.reasons[:shown]]
+            hidden = len(o.reasons) - len(o.reasons[:shown])
+            lines += ([f"  ({hidden} more reason{'s' * (hidden != 1)}: `--claim {v.claim.id}` shows every one)"]
+                      if hidden else [])
         rows.append((v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
                      v.cost))
     return rows
