@@ -49,8 +49,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-import numpy as np
-
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
@@ -119,12 +117,12 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
     return outcome
 
 
-def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], float]:
-    """How members are ranked: the mean over their seeds, or with ``seeds_needed`` = k the k-th best seed, so that
-    the worst member is the one furthest from having k seeds at the level."""
+def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], float] | None:
+    """How members are ranked: the mean over their seeds (None, ``group_point``'s own), or with ``seeds_needed`` =
+    k the k-th best seed, so that the worst member is the one furthest from having k seeds at the level."""
     k = condition.seeds_needed if isinstance(condition, Level) else None
     if k is None:
-        return lambda values: float(np.mean(values))
+        return None
     return lambda values: sorted(values, reverse=True)[k - 1] if len(values) >= k else -math.inf
 
 
@@ -154,18 +152,25 @@ def _leaving_its_level(result: RunResult) -> bool:
     return found is not None and found.leaving_its_level
 
 
+def _side_and_line(condition: Compare | Level, points: Sequence[Point], rising: bool) -> tuple[int, float] | None:
+    """The side that must rise past the line (``rising``) or stay below it, and the line its rise is read against;
+    None when the condition has no such side (a ``level`` asks one direction)."""
+    if isinstance(condition, Level):
+        return (0, condition.threshold) if rising == (condition.direction == "at_least") else None
+    a, b, margin = points[0].values, points[1].values, condition.margin
+    if condition.direction == "above":
+        return (0, min(1.0, max(b) + margin)) if rising else (1, max(0.0, min(a) - margin))
+    return (1, max(0.0, max(a) - margin)) if rising else (0, min(1.0, min(b) + margin))
+
+
 def _still_learning_reason(condition: Compare | Level, points: Sequence[Point],
                            searched: Sequence[Sequence[RunResult]], picks: Sequence[str]) -> str | None:
     """Why "not reproduced" (or seeds on both sides) is not yet decided: a run of the side that had to rise, at
     any of its rates, was still learning toward the line (None otherwise)."""
-    if isinstance(condition, Level):
-        if condition.direction != "at_least":
-            return None
-        side, target = 0, condition.threshold
-    elif condition.direction == "above":
-        side, target = 0, min(1.0, max(points[1].values) + condition.margin)
-    else:
-        side, target = 1, max(0.0, max(points[0].values) - condition.margin)
+    found = _side_and_line(condition, points, rising=True)
+    if found is None:
+        return None
+    side, target = found
     return learning_reason(_side_runs(condition, searched, points, picks, side, target), target)
 
 
@@ -173,14 +178,10 @@ def _staying_side_learning_reason(condition: Compare | Level, points: Sequence[P
                                   searched: Sequence[Sequence[RunResult]], picks: Sequence[str]) -> str | None:
     """Why "reproduced" is not yet decided: a run of the side that had to stay below the line, at any of its
     rates, was still learning toward it, so the gap may be the budget's, not the models' (None otherwise)."""
-    if isinstance(condition, Level):
-        if condition.direction == "at_least":
-            return None
-        side, line = 0, condition.threshold
-    elif condition.direction == "above":
-        side, line = 1, max(0.0, min(points[0].values) - condition.margin)
-    else:
-        side, line = 0, min(1.0, min(points[1].values) + condition.margin)
+    found = _side_and_line(condition, points, rising=False)
+    if found is None:
+        return None
+    side, line = found
     reason = learning_reason(_side_runs(condition, searched, points, picks, side, line), line)
     return f"{reason}, on the side that must stay below {line:.3g}" if reason else None
 

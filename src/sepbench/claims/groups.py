@@ -52,7 +52,7 @@ def final_accuracy(result: RunResult) -> float:
 
 def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str, rank: int = 1,
                 value: Callable[[RunResult], float] = final_accuracy,
-                score: Callable[[Sequence[float]], float] = lambda values: float(np.mean(values))) -> Point:
+                score: Callable[[Sequence[float]], float] | None = None) -> Point:
     """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
     with ``rank`` > 1, rates ranked by mean ``value``); the best or worst member by ``score`` (the mean unless
     given) of ``value`` over the seeds of that learning rate."""
@@ -70,7 +70,7 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
             continue
         lr, chosen = ranked[rank - 1]
         name = member_name(runs[0].config, per)
-        scored = score([value(r) for r in chosen])
+        scored = (score or mean_of)([value(r) for r in chosen])
         if name not in members or scored > members[name][0]:
             members[name] = (scored, chosen, f"{model_label(runs[0].config)} lr {lr:g}", rates_counted(runs, by_lr))
     if not members:
@@ -79,6 +79,10 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
     _, (_, seeds, where, lrs) = chosen_member
     ordinal = "best" if rank == 1 else f"{_ordinal(rank)} best"
     return Point(label, x, [value(r) for r in seeds], member=where, detail=f", {ordinal} of {lrs}", runs=list(seeds))
+
+
+def mean_of(values: Sequence[float]) -> float:
+    return float(np.mean(values))
 
 
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
