@@ -35,6 +35,17 @@ def test_every_claim_expands_to_valid_runs_at_both_scales():
                 assert len(seeds) >= claim.min_seeds, (claim.id, scale)
 
 
+@pytest.mark.parametrize("scale", SCALES)
+def test_set_changes_every_run_of_every_claim_even_where_its_spec_sweeps_the_key(scale):
+    forced = {"train.steps": 20, "seed": 7}
+    for claim in catalogue():
+        if claim.kind == "theory" or claim.at(scale).not_run is not None:
+            continue
+        configs = claim.configs(scale, forced)
+        assert configs and {(c.train.steps, c.seed) for c in configs} == {(20, 7)}, claim.id
+        assert not {c.config_hash() for c in configs} & {c.config_hash() for c in claim.configs(scale)}, claim.id
+
+
 def test_unknown_claim_or_paper_is_one_line():
     with pytest.raises(ConfigError, match="unknown claim 'nope'.*allowed: il-tf-vs-recurrent"):
         select("bhattamishra2024", "nope")
@@ -169,7 +180,7 @@ def test_fixed_width_fails_when_every_width_misses_a_size(tmp_path):
 def test_fixed_width_waits_on_unsolved_runs_still_learning(tmp_path):
     """The same sizes missed, but the missing runs still rising over their last quarter: not a refutation."""
     (claim,) = select("yang2024", "yang-width-flops")
-    configs = claim.configs("quick", SMOKE)
+    configs = claim.configs("quick", {**SMOKE, "train.steps": 800})
     store = Store(tmp_path / "s.db")
     solved = {(2, 96), (3, 32), (3, 64)}
     for cfg in configs:

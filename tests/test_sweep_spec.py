@@ -28,6 +28,20 @@ def test_cases_are_unioned_and_a_list_in_a_case_is_an_axis_of_that_case_only():
     assert spec.axes == ["model.width", "task.length", "model.name", "seed"]
 
 
+def test_forcing_sets_a_key_in_every_run_over_the_axes_that_would_set_it_again():
+    spec = SweepSpec.build({"base": BASE, "grid": {"model.name": ["transformer", "lstm"]},
+                            "cases": [{"train.steps": 50, "task.length": [12, 16]}, {"task.length": 20}],
+                            "zip": [{"model.width": [8, 32], "train.eval_every": [5, 7]}],
+                            "lr_grid": [1e-3, 3e-3], "lr_search": "halving", "seeds": [0, 1, 2]})
+    forced = spec.forcing({"steps": 3, "model.width": 64, "train.lr": 0.02, "seed": 7})
+    configs = forced.expand()
+    assert {(c.train.steps, c.model.width, c.train.lr, c.seed) for c in configs} == {(3, 64, 0.02, 7)}
+    assert {(c.model.name, c.task.length, c.train.eval_every) for c in configs} == {
+        (m, n, e) for m in ("transformer", "lstm") for n in (12, 16, 20) for e in (5, 7)}
+    assert forced.lr_search == "grid" and forced.axes == ["task.length", "model.name", "train.eval_every", "seed"]
+    assert spec.forcing({}) is spec and len(spec.expand()) == 2 * 3 * 2 * 2 * 3
+
+
 def test_base_may_name_a_runconfig_file_beside_the_spec(tmp_path):
     (tmp_path / "protocol.yaml").write_text("task: {name: index_lookup, length: 14}\ndevice: cpu\n")
     (tmp_path / "spec.yaml").write_text("base: protocol.yaml\ngrid: {model.width: [8, 16]}\n")

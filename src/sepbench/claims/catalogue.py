@@ -97,12 +97,12 @@ class SpecRef(StrictModel):
         if not path.is_file():
             raise ConfigError(f"claim spec {self.spec} is not a packaged sweep spec")
         spec = SweepSpec.from_yaml(path)
-        update: dict[str, Any] = {"base": apply_overrides(spec.base, {**self.set, **(overrides or {})})}
+        update: dict[str, Any] = {"base": apply_overrides(spec.base, self.set)}
         if self.seeds is not None:
             update["seeds"] = self.seeds
         if self.lr_grid is not None:
             update["lr_grid"] = self.lr_grid
-        return spec.model_copy(update=update)
+        return spec.model_copy(update=update).forcing(overrides or {})
 
 
 class ConditionBase(StrictModel):

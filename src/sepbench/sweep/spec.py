@@ -133,6 +133,28 @@ class SweepSpec(StrictModel):
                 points.append({k: v for part in combo for k, v in part.items()})
         return points
 
+    def forcing(self, overrides: dict[str, Any]) -> "SweepSpec":
+        """The spec with ``overrides`` set in every run: each key goes into ``base`` and off every axis that would
+        set it again (a forced seed leaves one seed, a forced learning rate no rate search)."""
+        if not overrides:
+            return self
+        forced = {".".join(qualify_key(key)): value for key, value in overrides.items()}
+
+        def free(axes: dict[str, Any]) -> dict[str, Any]:
+            return {key: values for key, values in axes.items() if ".".join(qualify_key(key)) not in forced}
+
+        update: dict[str, Any] = {
+            "base": apply_overrides(self.base, overrides),
+            "cases": [free(case) for case in self.cases],
+            "grid": free(self.grid),
+            "zipped": [group for group in map(free, self.zipped) if group],
+        }
+        if SEED_KEY in forced:
+            update["seeds"] = [forced[SEED_KEY]]
+        if LR_KEY in forced:
+            update |= {"lr_grid": None, "lr_search": "grid"}
+        return self.model_copy(update=update)
+
     def expand(self) -> list[RunConfig]:
         """One validated RunConfig per point; duplicates (same config hash) appear once."""
         configs: dict[str, RunConfig] = {}
