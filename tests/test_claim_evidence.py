@@ -128,6 +128,7 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
     (["--dry-run", "--claim", CLAIM, "--store", "{tmp}/foreign.db"], "an SQLite file of another program"),
     (["--claim", CLAIM, "--set", "train.steps=2", "--write-evidence", "--evidence-dir", "{tmp}/garbage.db"],
      "--evidence-dir {tmp}/garbage.db: {tmp}/garbage.db is a file, not a folder"),
+    (["--claim", "bound-8k", "--out", "/proc/sepbench-report"], "--out /proc/sepbench-report: /proc cannot be written"),
 ])
 def test_reproduce_refuses_what_its_mode_would_ignore_or_spoil_before_training(tmp_path, store_path, args, fragment):
     import sqlite3

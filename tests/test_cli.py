@@ -113,6 +113,8 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
      "--code-width and --find-min-width exclude each other"),
     (["results", "--store", "{tmp}/tiny.db", "--out", "{tmp}/junk.db/rows.csv", "--format", "csv"],
      "--out {tmp}/junk.db/rows.csv: {tmp}/junk.db is a file, not a folder"),
+    (["results", "--store", "{tmp}/tiny.db", "--out", "/proc/rows.csv", "--format", "csv"],
+     "--out /proc/rows.csv: /proc cannot be written"),
 ])
 def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, fragment, monkeypatch, capsys):
     from sepbench.cli import main

@@ -169,6 +169,7 @@ def assert_axes_hold_their_points(ax: dict, where: str) -> None:
     (["--k", "5"], "1 <= k <= m"),
     (["--out", "{tmp}/file.txt"], "file.txt is a file, not a folder"),
     (["--out", "{tmp}/file.txt/sub"], "file.txt is a file, not a folder"),
+    (["--out", "/proc/sepbench-report"], "/proc cannot be written"),
 ])
 def test_report_bad_input_exits_2(tmp_path, args, fragment):
     store = Store(tmp_path / "runs.db")
