@@ -732,3 +732,19 @@ def test_a_table_of_several_claims_shows_three_reasons_a_condition_and_says_wher
     assert "(2 more reasons: `--claim yang-width-flops` shows every one)" in several
     alone = verdict_rows(verdicts[:1])[0][2]
     assert "inconclusive: r4" in alone and "more reason" not in alone
+
+
+def test_a_cut_rate_a_settling_trained_on_some_seeds_only_is_counted_as_cut_not_trained_in_full():
+    from sepbench.claims.groups import rates_counted
+
+    (claim,) = select(None, "dyck-depth")
+    cell = [c for c in claim.configs("cpu", EVAL) if c.model.name == "transformer" and c.model.layers == 2]
+    runs = [_run(c, [(500, 0.5, 0.69), (1000, 0.5, 0.69)], status="pruned") if c.train.lr < 1e-5
+            or (c.train.lr == 1e-3 and c.seed == 2) else _run(c, [(2000, 0.9, 0.1), (4000, 0.95, 0.05)])
+            for c in cell]
+    trained: dict[float, list] = {}
+    for run in runs:
+        if run.status == "completed":
+            trained.setdefault(run.config.train.lr, []).append(run)
+    assert len(trained) == 6 and len(trained[1e-3]) == 2
+    assert rates_counted(runs, trained) == "5 lr trained in full (7 searched)"

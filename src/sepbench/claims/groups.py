@@ -86,9 +86,11 @@ def mean_of(values: Sequence[float]) -> float:
 
 
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
-    """The learning rates a pick was made among: those trained in full, and the rates a search cut beside them."""
-    cut = {r.config.train.lr for r in runs if r.status == "pruned"} - set(trained)
-    return f"{len(trained)} lr" + (f" trained in full ({len(trained) + len(cut)} searched)" if cut else "")
+    """The learning rates a pick was made among: those trained in full on every seed, and the rates a search cut
+    beside them (a cut rate of which a settling trained only some seeds is still counted as cut)."""
+    cut = {r.config.train.lr for r in runs if r.status == "pruned"}
+    full = set(trained) - cut
+    return f"{len(full)} lr" + (f" trained in full ({len(full | cut)} searched)" if cut else "")
 
 
 def _ordinal(rank: int) -> str:
