@@ -53,7 +53,7 @@ def test_version():
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["reproduce", "--scale", "huge"], "Invalid value for '--scale'"),
+    (["reproduce", "--scale", "huge"], "Invalid value for '--scale': 'huge' is not one of 'quick', 'cpu', 'paper'."),
     (["results", "--format", "xml"], "'xml' is not one of 'table', 'csv', 'json', 'parquet'"),
     (["run", "--bogus"], "No such option: --bogus"),
     (["nosuch"], "No such command 'nosuch'"),

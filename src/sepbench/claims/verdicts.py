@@ -43,7 +43,8 @@ class Point:
             return f"{self.label}: no data"
         spread = f" [{min(self.values):.3f}, {max(self.values):.3f}]" if len(self.values) > 1 else ""
         who = f" {self.member}" if self.member and self.member != self.label else ""
-        return f"{self.label}{who} {self.mean:.3f}{spread} ({len(self.values)} seeds{self.detail})"
+        seeds = "1 seed" if len(self.values) == 1 else f"{len(self.values)} seeds"
+        return f"{self.label}{who} {self.mean:.3f}{spread} ({seeds}{self.detail})"
 
 
 @dataclass

@@ -46,6 +46,11 @@ def _options(
     pass
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 claim', '3 claims'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def say(text: str) -> None:
     """One line (or paragraph) on stdout, wrapped by the terminal only; rich markup in ``text`` applies."""
     out.print(text, highlight=False, soft_wrap=True)
@@ -180,7 +185,8 @@ def main() -> None:
                 typer.echo(shown)
         elif isinstance(problem, usage):
             command = problem.ctx.command_path if problem.ctx is not None else "sepbench"
-            warn(f"error: {problem.format_message()} (`{command} -h` lists what is allowed)")
+            shown = problem.format_message().replace(": Value error, ", ": ")  # typer's enum check words it so
+            warn(f"error: {shown} (`{command} -h` lists what is allowed)")
         else:
             warn(f"error: {problem.format_message()}")
         code = problem.exit_code

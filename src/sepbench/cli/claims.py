@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, print_whole, say, warn
+from sepbench.cli.app import bad_input_exits, counted, err, interrupted, narrowest, out, print_whole, say, warn
 from sepbench.cli.options import (
     checkpoints_option, group_size_option, require_folder, retry_failed_option, store_option, tensorboard_option,
     use_folders,
@@ -128,7 +128,7 @@ def reproduce(
         _print_plan(plans, db, workers, scale.value)
         return
     todo = sum(len(p.todo) for p in plans)
-    say(f"reproduce: {len(claims)} claims at the {scale.value} scale, {todo} runs to train in {db.path}")
+    say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {todo} runs to train in {db.path}")
     try:
         with SweepProgress("reproduce", todo, err) as progress:
             advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
@@ -143,7 +143,7 @@ def reproduce(
     from sepbench.claims.report import write
 
     page = write(verdicts, out_dir, budget_text(scale.value, overrides))
-    say(f"wrote {page} with {len(verdicts)} figures")
+    say(f"wrote {page} with {counted(len(verdicts), 'figure')}")
     if write_evidence:
         _write_evidence(claims, scale.value, db, evidence_dir, overrides)
 
@@ -277,7 +277,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
         if not dry_run:
             db.check_writable()
             require_devices(cfg.device for configs in added.values() for cfg in configs)
-    out.print(f"reproduce --with-model {model}: {len(sweeps)} claims at the {scale} scale, {todo} runs of {model} "
+    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {todo} runs of {model} "
               f"to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
@@ -334,7 +334,7 @@ def _print_catalogue(claims, scale: str) -> None:
             out.print(f"  not run at the {scale} scale: {not_run}", highlight=False, soft_wrap=True, markup=False)
         for condition in claim.conditions:
             out.print(f"  rule: {condition.text}", highlight=False, soft_wrap=True, markup=False)
-        say(f"  verdicts need >= {claim.min_seeds} seeds per group")
+        say(f"  verdicts need >= {counted(claim.min_seeds, 'seed')} per group")
 
 
 def _print_plan(plans, db, workers: int, scale: str) -> None:
