@@ -139,7 +139,7 @@ def test_spread_or_missing_runs_are_inconclusive(tmp_path):
     straddle = _tf_vs_wide_mamba(tmp_path / "a", lambda c: (0.99 if c.seed else 0.6) if _transformer(c) else 0.5)
     assert straddle.verdict == INCONCLUSIVE
     missing = _tf_vs_wide_mamba(tmp_path / "b", lambda c: None if c.seed == 2 else 1.0 if _transformer(c) else 0.5)
-    assert missing.verdict == INCONCLUSIVE and any("not in the store" in r for r in missing.reasons)
+    assert missing.verdict == INCONCLUSIVE and any("runs missing (neither stored nor" in r for r in missing.reasons)
 
 
 def test_yang_width_conditions_on_stored_runs(tmp_path):

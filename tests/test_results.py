@@ -68,6 +68,20 @@ def test_default_view_aggregates_seeds_and_keeps_failures_out_of_the_accuracy(tm
     assert stricter[0]["solved"] == 2
 
 
+def test_a_cell_counts_as_solved_the_runs_at_its_own_threshold_unless_told_another(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    for seed, accuracy in enumerate((0.92, 0.95, 0.85)):
+        cfg = RunConfig.build(apply_overrides(BASE, {"seed": seed, "train.threshold": 0.9}))
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="solved" if accuracy >= 0.9 else
+                            "completed", metrics={"accuracy": accuracy}, steps=5, wall_seconds=1.0))
+    (cell,) = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json").stdout)
+    assert (cell["solved"], cell["trained"]) == (2, 3)
+    (strict,) = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json", "--threshold", "0.99").stdout)
+    assert strict["solved"] == 0
+    table = runner.invoke(app, ["results", "--store", str(tmp_path / "runs.db")], terminal_width=200)
+    assert "│    2/3 │" in table.stdout and "final accuracy >= the cell's train.threshold" in table.stdout
+
+
 def test_table_shows_whole_hashes_and_failures_at_80_columns(tmp_path):
     results = seeded_store(tmp_path / "runs.db")
     cells = runner.invoke(app, ["results", "--store", str(tmp_path / "runs.db")], terminal_width=80)

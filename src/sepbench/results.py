@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sepbench.store import Running
 
 TRAINED = ("solved", "completed")
+THRESHOLD = "config.train.threshold"
 NOT_TRAINED = ("failed", "diverged", "pruned")
 
 SUMMARY = ["config_hash", "task", "model", "length", "layers", "width", "seed", "lr", "status", "accuracy", "loss"]
@@ -104,12 +105,12 @@ def metric_columns(frame: pd.DataFrame) -> list[str]:
     return list(frame.columns[start:stop])
 
 
-def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
+def seed_cells(runs: pd.DataFrame, threshold: float | None = None) -> pd.DataFrame:
     """Per cell (every config field equal but the seed): runs, k of m solved, accuracy mean/min/max and counts of
     runs that did not train.
 
-    ``solved`` counts trained runs whose final accuracy is >= ``threshold`` (the test the report's solved rule
-    applies to each seed); ``trained`` is m. Means, minima and maxima are over trained runs only, so a cell whose
+    ``solved`` counts trained runs whose final accuracy is >= ``threshold``, or None: the cell's own
+    ``train.threshold`` (the test the report's solved rule applies to each seed); ``trained`` is m. Means, minima and maxima are over trained runs only, so a cell whose
     runs all failed has no accuracy (NaN), never 0.
     """
     metrics = metric_columns(runs)
@@ -120,7 +121,8 @@ def seed_cells(runs: pd.DataFrame, threshold: float) -> pd.DataFrame:
         first = group.iloc[0]
         row = {key: first[key] for key in CELL_KEYS}
         row.update({"runs": len(group), "seeds": ",".join(str(s) for s in sorted(group.seed)),
-                    "solved": int((ok.accuracy >= threshold).sum()), "trained": len(ok)})
+                    "solved": int((ok.accuracy >= (first[THRESHOLD] if threshold is None else threshold)).sum()),
+                    "trained": len(ok)})
         row.update({status: int((group.status == status).sum()) for status in NOT_TRAINED})
         for stat in ("mean", "min", "max"):
             row[f"accuracy_{stat}"] = float(ok.accuracy.agg(stat)) if len(ok) else np.nan

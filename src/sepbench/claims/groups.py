@@ -101,7 +101,7 @@ def _ordinal(rank: int) -> str:
 def gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
     reasons = []
     if slot.missing:
-        reasons.append(f"{slot.missing} runs not in the store")
+        reasons.append(f"{slot.missing} runs missing (neither stored nor in the evidence)")
     if slot.failed:
         reasons.append(f"{len(slot.failed)} runs failed or diverged ({slot.failed[0].status}: "
                        f"{slot.failed[0].error or 'no reason stored'})")
@@ -141,7 +141,8 @@ def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: 
     found = [r for slot in slots.values() for r in slot.results]
     missing = sum(slot.missing for slot in slots.values())
     failed = sum(len(slot.failed) for slot in slots.values())
-    reasons = ([f"{missing} runs not in the store"] if missing else []) + ([f"{failed} runs failed"] if failed else [])
+    reasons = [text for count, text in ((missing, f"{missing} runs missing (neither stored nor in the evidence)"),
+                                        (failed, f"{failed} runs failed")) if count]
     if not slots:
         reasons.append(f"no run of {group_label(group)} in the claim's specs")
     return found, reasons

@@ -51,7 +51,7 @@ def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, 
 def beside_rows(shipped: Sequence[ClaimVerdict], mine: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, str]]:
     """Per claim: id, the shipped verdict, one's own verdict and its first piece of evidence."""
     return [(ours.claim.id, shown_verdict(ours), shown_verdict(yours),
-             "; ".join(o.evidence[0] for o in yours.outcomes if o.evidence) or "no runs")
+             "; ".join(o.evidence[0] for o in yours.outcomes if o.evidence) or "no evidence")
             for ours, yours in zip(shipped, mine)]
 
 

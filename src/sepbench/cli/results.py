@@ -35,7 +35,8 @@ def results(
     task: Optional[str] = typer.Option(None, help="only this task"),
     model: Optional[str] = typer.Option(None, help="only this model"),
     by_seed: bool = typer.Option(False, "--by-seed", help="one row per run instead of one per cell over seeds"),
-    threshold: float = typer.Option(0.99, help="final accuracy a run needs to count as solved in a cell's k/m"),
+    threshold: Optional[float] = typer.Option(None, help="final accuracy a run needs to count as solved in a cell's "
+                                              "k/m [default: the cell's own train.threshold]"),
     running: bool = typer.Option(False, "--running", help="the runs in training instead: step, latest accuracy, ETA"),
 ) -> None:
     """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
@@ -50,7 +51,7 @@ def results(
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench run` or `sepbench sweep` first, or pass "
                                     "--store PATH")
-        if not 0 < threshold <= 1:
+        if threshold is not None and not 0 < threshold <= 1:
             raise ConfigError(f"--threshold must be in (0, 1], got {threshold}")
         if output is ResultsFormat.parquet and out_file is None:
             raise ConfigError("--format parquet needs --out FILE")
@@ -120,7 +121,7 @@ def _note(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> None:
+def _print_results(frame, runs, by_seed: bool, threshold: float | None, path: Path) -> None:
     """A table whose every column shows whole values: the console grows to the table's width when it must."""
     from sepbench.results import NOT_TRAINED, metric_columns, not_trained_text
 
@@ -150,7 +151,8 @@ def _print_results(frame, runs, by_seed: bool, threshold: float, path: Path) -> 
     if by_seed:
         summary = f"{len(frame)} runs in {path}"
     else:
+        line = f"{threshold:g}" if threshold is not None else "the cell's train.threshold"
         summary = (f"{len(frame)} cells ({len(runs)} runs) in {path}; solved = k/m trained seeds with final accuracy "
-                   f">= {threshold:g}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
+                   f">= {line}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
                    "--by-seed for one row per run")
     out.print(summary, markup=False, highlight=False, soft_wrap=True)
