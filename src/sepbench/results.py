@@ -109,9 +109,9 @@ def seed_cells(runs: pd.DataFrame, threshold: float | None = None) -> pd.DataFra
     """Per cell (every config field equal but the seed): runs, k of m solved, accuracy mean/min/max and counts of
     runs that did not train.
 
-    ``solved`` counts trained runs whose final accuracy is >= ``threshold``, or None: the cell's own
-    ``train.threshold`` (the test the report's solved rule applies to each seed); ``trained`` is m. Means, minima and maxima are over trained runs only, so a cell whose
-    runs all failed has no accuracy (NaN), never 0.
+    ``solved`` counts trained runs whose final accuracy is >= ``threshold`` (None: the cell's own
+    ``train.threshold``; the test the report's solved rule applies to each seed); ``trained`` is m. Means, minima
+    and maxima are over trained runs only, so a cell whose runs all failed has no accuracy (NaN), never 0.
     """
     metrics = metric_columns(runs)
     config = [c for c in runs.columns if c.startswith("config.") and c != "config.seed"]

@@ -32,7 +32,8 @@ def require_folder(path: Path, given: Path | None = None, flag: str = "--out") -
         with tempfile.TemporaryFile(dir=blocker):
             pass
     except OSError as problem:
-        raise ConfigError(f"{flag} {given or path}: {blocker or Path.cwd()} cannot be written ({problem.strerror})") from None
+        where = blocker or Path.cwd()
+        raise ConfigError(f"{flag} {given or path}: {where} cannot be written ({problem.strerror})") from None
 
 
 def store_option(help: str = "SQLite store [default: ./sepbench.db]"):

@@ -39,7 +39,8 @@ def run(
                                          f"{_default(RunConfig, 'device')}"),
     store: Optional[Path] = store_option(),
     config: Optional[Path] = typer.Option(None, help="YAML file with task/model/train/seed/device sections"),
-    assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value"),
+    assignments: list[str] = typer.Option([], "--set", help="override any field: section.key=value (key=value where "
+                                          "one section has the key)"),
     force: bool = typer.Option(False, help="train again even if the store has this config"),
     retrain_stale: bool = typer.Option(False, "--retrain-stale",
                                        help="train again if the stored run came from other code (see docs/sweeps.md)"),

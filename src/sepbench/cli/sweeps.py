@@ -126,7 +126,8 @@ def minwidth(
     device: Optional[str] = typer.Option(None, help="auto (CUDA when present), cpu, cuda, cuda:N or mps"),
     store: Optional[Path] = store_option(),
     config: Optional[Path] = typer.Option(None, help="YAML base config for every run"),
-    assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value"),
+    assignments: list[str] = typer.Option([], "--set", help="override any base field: section.key=value (key=value "
+                                          "where one section has the key)"),
     resamples: int = typer.Option(2000, min=10, help="bootstrap resamples for the interval on alpha"),
     retry_failed: bool = retry_failed_option(),
     retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
