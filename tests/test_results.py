@@ -113,7 +113,7 @@ def test_parquet_export_round_trips_and_needs_a_file(tmp_path):
 
 @pytest.mark.parametrize("args, code, fragment", [
     (["--store", "{tmp}/missing.db"], 2, "no store at {tmp}/missing.db; run `sepbench run`"),
-    (["--model", "lstm"], 1, "no runs match model=lstm in {tmp}/runs.db (4 runs stored)"),
+    (["--model", "lstm"], 1, "no runs match model=lstm in {tmp}/runs.db (4 runs stored; models stored: transformer)"),
     (["--task", "dyck", "--format", "csv"], 1, "no runs match task=dyck in"),
     (["--threshold", "0"], 2, "--threshold must be in (0, 1]"),
     (["--out", "{tmp}/x.csv"], 2, "--out writes csv, json or parquet"),

@@ -73,7 +73,9 @@ def results(
     warn_unreadable(db)
     if runs.empty:
         matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
-        warn(f"no {matching} in {db.path} ({len(db)} runs stored)")
+        stored = db.query()
+        held = "; ".join(f"{key}s stored: {', '.join(sorted(set(stored[key])))}" for key in where if len(stored))
+        warn(f"no {matching} in {db.path} ({len(db)} runs stored{'; ' + held if held else ''})")
         raise typer.Exit(1)
     runs = runs.sort_values(["task", "model", "layers", "width", "length", "lr", "seed"], kind="stable",
                             ignore_index=True)
