@@ -37,12 +37,13 @@ def test_every_claim_expands_to_valid_runs_at_both_scales():
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_set_changes_every_run_of_every_claim_even_where_its_spec_sweeps_the_key(scale):
-    forced = {"train.steps": 20, "seed": 7}
+    forced = {"train.steps": 20, "seed": 7, "width": 24, "lr": 0.002}
     for claim in catalogue():
         if claim.kind == "theory" or claim.at(scale).not_run is not None:
             continue
         configs = claim.configs(scale, forced)
-        assert configs and {(c.train.steps, c.seed) for c in configs} == {(20, 7)}, claim.id
+        assert configs and {(c.train.steps, c.seed, c.model.width, c.train.lr) for c in configs} == {
+            (20, 7, 24, 0.002)}, claim.id
         assert not {c.config_hash() for c in configs} & {c.config_hash() for c in claim.configs(scale)}, claim.id
 
 
@@ -139,7 +140,7 @@ def test_spread_or_missing_runs_are_inconclusive(tmp_path):
     straddle = _tf_vs_wide_mamba(tmp_path / "a", lambda c: (0.99 if c.seed else 0.6) if _transformer(c) else 0.5)
     assert straddle.verdict == INCONCLUSIVE
     missing = _tf_vs_wide_mamba(tmp_path / "b", lambda c: None if c.seed == 2 else 1.0 if _transformer(c) else 0.5)
-    assert missing.verdict == INCONCLUSIVE and any("runs missing (neither stored nor" in r for r in missing.reasons)
+    assert missing.verdict == INCONCLUSIVE and any("runs missing (no result to judge)" in r for r in missing.reasons)
 
 
 def test_yang_width_conditions_on_stored_runs(tmp_path):
@@ -506,6 +507,13 @@ def test_with_model_skips_a_claim_not_run_at_the_scale_with_a_note(tmp_path):
                                  "--dry-run", "--store", str(tmp_path / "s.db")], terminal_width=300)
     assert placed.exit_code == 0, placed.output
     assert "yang-ed-local is not run at the cpu scale" in placed.stderr and "0 claims at the cpu scale" in placed.stdout
+
+
+def test_with_model_does_not_ask_for_the_report_folder_it_never_writes(tmp_path, monkeypatch):
+    monkeypatch.chdir("/proc")  # the default --out, reports/reproduction, cannot be made here
+    placed = runner.invoke(app, ["reproduce", "--scale", "cpu", "--claim", "yang-ed-local", "--with-model", "lstm",
+                                 "--store", str(tmp_path / "s.db")], terminal_width=300)
+    assert placed.exit_code == 0 and "0 claims at the cpu scale" in placed.stdout, placed.output
 
 
 def test_the_grid_runs_of_several_claims_train_as_one_sweep(tmp_path, monkeypatch):

@@ -76,7 +76,8 @@ def test_a_cell_counts_as_solved_the_runs_at_its_own_threshold_unless_told_anoth
                             "completed", metrics={"accuracy": accuracy}, steps=5, wall_seconds=1.0))
     (cell,) = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json").stdout)
     assert (cell["solved"], cell["trained"]) == (2, 3)
-    (strict,) = json.loads(invoke("--store", str(tmp_path / "runs.db"), "--format", "json", "--threshold", "0.99").stdout)
+    strict_json = invoke("--store", str(tmp_path / "runs.db"), "--format", "json", "--threshold", "0.99").stdout
+    (strict,) = json.loads(strict_json)
     assert strict["solved"] == 0
     table = runner.invoke(app, ["results", "--store", str(tmp_path / "runs.db")], terminal_width=200)
     assert "│    2/3 │" in table.stdout and "final accuracy >= the cell's train.threshold" in table.stdout

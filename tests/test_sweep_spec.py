@@ -40,6 +40,13 @@ def test_forcing_sets_a_key_in_every_run_over_the_axes_that_would_set_it_again()
         (m, n, e) for m in ("transformer", "lstm") for n in (12, 16, 20) for e in (5, 7)}
     assert forced.lr_search == "grid" and forced.axes == ["task.length", "model.name", "train.eval_every", "seed"]
     assert spec.forcing({}) is spec and len(spec.expand()) == 2 * 3 * 2 * 2 * 3
+    options = SweepSpec.build({"base": {**BASE, "task": {"name": "arithmetic", "length": 2}},
+                               "grid": {"task.options.order": ["leftmost", "rightmost"]}})
+    assert {c.task.options["order"] for c in options.forcing({"task.options": {"order": "random"}}).expand()} == {
+        "random"}
+    whole = SweepSpec.build({"base": BASE, "cases": [{"task.options": {"alphabet_size": 8}}]})
+    with pytest.raises(ConfigError, match="--set task.options.alphabet_size: the spec sets the whole of task.options"):
+        whole.forcing({"task.options.alphabet_size": 16})
 
 
 def test_base_may_name_a_runconfig_file_beside_the_spec(tmp_path):

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Sequence, Union
 from pydantic import Field, ValidationError, model_validator
 
 from sepbench import configs
-from sepbench.config import ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error, load_yaml
+from sepbench.config import (ConfigError, RunConfig, StrictModel, apply_overrides, describe_validation_error, load_yaml,
+                             qualify_key)
 from sepbench.sweep.spec import SweepSpec
 
 SCALES = ("quick", "cpu", "paper")
@@ -65,6 +66,10 @@ def in_group(config: RunConfig, group: Group) -> bool:
     return any(_matches(fields, s) for s in selectors)
 
 
+def _without(selector: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    return {key: value for key, value in selector.items() if key not in keys}
+
+
 class SpecRef(StrictModel):
     """One sweep spec of a claim: a packaged spec file, with the seeds, learning rates or base fields the claim
     needs set on top (so a paper-scale spec of one seed is run with the claim's seeds)."""
@@ -79,13 +84,17 @@ class SpecRef(StrictModel):
 
     def runs(self, scale: str, overrides: dict[str, Any] | None = None) -> list[RunConfig]:
         """The spec's runs, those in ``only`` where it is set."""
-        return self.kept(self.load(overrides).expand(), scale)
+        return self.kept(self.load(overrides).expand(), scale, overrides)
 
-    def kept(self, expanded: list[RunConfig], scale: str) -> list[RunConfig]:
-        """Of the loaded spec's runs ``expanded``, those in ``only`` where it is set."""
+    def kept(self, expanded: list[RunConfig], scale: str, overrides: dict[str, Any] | None = None
+             ) -> list[RunConfig]:
+        """Of the loaded spec's runs ``expanded``, those in ``only`` where it is set; a key ``overrides`` sets in
+        every run is not selected on."""
         if self.only is None:
             return expanded
+        forced = {".".join(qualify_key(key)) for key in overrides or {}}
         group = group_at(self.only, scale)
+        group = [_without(s, forced) for s in group] if isinstance(group, list) else _without(group, forced)
         kept = [cfg for cfg in expanded if in_group(cfg, group)]
         if not kept:
             raise ConfigError(f"claim spec {self.spec}: `only` {group} matches none of its {len(expanded)} runs "

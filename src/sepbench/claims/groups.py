@@ -86,11 +86,15 @@ def mean_of(values: Sequence[float]) -> float:
 
 
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
-    """The learning rates a pick was made among: those trained in full on every seed, and the rates a search cut
-    beside them (a cut rate of which a settling trained only some seeds is still counted as cut)."""
+    """The learning rates a pick was made among, those with trained seeds, and how many of them no search cut on
+    any seed (a settling can stop once a condition is decided, leaving a cut rate trained on some seeds only)."""
     cut = {r.config.train.lr for r in runs if r.status == "pruned"}
-    full = set(trained) - cut
-    return f"{len(full)} lr" + (f" trained in full ({len(full | cut)} searched)" if cut else "")
+    full, searched = set(trained) - cut, set(trained) | cut
+    if not cut:
+        return f"{len(trained)} lr"
+    if len(full) == len(trained):
+        return f"{len(full)} lr trained in full ({len(searched)} searched)"
+    return f"{len(trained)} lr trained, {len(full)} in full ({len(searched)} searched)"
 
 
 def _ordinal(rank: int) -> str:
@@ -101,7 +105,7 @@ def _ordinal(rank: int) -> str:
 def gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
     reasons = []
     if slot.missing:
-        reasons.append(f"{slot.missing} runs missing (neither stored nor in the evidence)")
+        reasons.append(f"{slot.missing} runs missing (no result to judge)")
     if slot.failed:
         reasons.append(f"{len(slot.failed)} runs failed or diverged ({slot.failed[0].status}: "
                        f"{slot.failed[0].error or 'no reason stored'})")
@@ -141,7 +145,7 @@ def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: 
     found = [r for slot in slots.values() for r in slot.results]
     missing = sum(slot.missing for slot in slots.values())
     failed = sum(len(slot.failed) for slot in slots.values())
-    reasons = [text for count, text in ((missing, f"{missing} runs missing (neither stored nor in the evidence)"),
+    reasons = [text for count, text in ((missing, f"{missing} runs missing (no result to judge)"),
                                         (failed, f"{failed} runs failed")) if count]
     if not slots:
         reasons.append(f"no run of {group_label(group)} in the claim's specs")

@@ -106,7 +106,7 @@ def halving_specs(claim: Claim, scale: str, overrides: dict[str, Any] | None = N
     for ref in claim.at(scale).specs:
         spec = ref.load(overrides)
         if spec.lr_search == "halving":
-            found.append((spec, ref.kept(spec.expand(), scale)))
+            found.append((spec, ref.kept(spec.expand(), scale, overrides)))
     return found
 
 

@@ -42,8 +42,9 @@ def reproduce(
     store: Optional[Path] = store_option(),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
-    assignments: list[str] = typer.Option([], "--set", help="override a field of every run: section.key=value "
-                                          "(changes the runs, e.g. train.steps=20 for a smoke test)"),
+    assignments: list[str] = typer.Option([], "--set", help="override a field of every run, over any value the "
+                                          "claim's specs sweep: section.key=value (changes the runs, e.g. "
+                                          "train.steps=20 for a smoke test; a forced seed leaves one seed)"),
     list_only: bool = typer.Option(False, "--list", help="print the catalogue and exit"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the runs still to train and an estimate of the time"),
     retry_failed: bool = retry_failed_option(),
@@ -108,7 +109,8 @@ def reproduce(
             db.check_usable()
         if not list_only and not dry_run:
             db.check_writable()
-            require_folder(out_dir)
+            if with_model is None:
+                require_folder(out_dir)
             if write_evidence:
                 require_folder(evidence_dir, flag="--evidence-dir")
         if resume_evidence and not list_only:
@@ -277,8 +279,8 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
         if not dry_run:
             db.check_writable()
             require_devices(cfg.device for configs in added.values() for cfg in configs)
-    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {todo} runs of {model} "
-              f"to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
+    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {todo} runs of "
+              f"{model} to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
         return

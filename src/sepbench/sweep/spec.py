@@ -141,7 +141,16 @@ class SweepSpec(StrictModel):
         forced = {".".join(qualify_key(key)): value for key, value in overrides.items()}
 
         def free(axes: dict[str, Any]) -> dict[str, Any]:
-            return {key: values for key, values in axes.items() if ".".join(qualify_key(key)) not in forced}
+            kept = {}
+            for key, values in axes.items():
+                dotted = ".".join(qualify_key(key))
+                inside = [f for f in forced if f.startswith(dotted + ".")]
+                if inside:
+                    raise ConfigError(f"--set {inside[0]}: the spec sets the whole of {dotted} run by run; set "
+                                      f"{dotted} instead")
+                if not any(dotted == f or dotted.startswith(f + ".") for f in forced):
+                    kept[key] = values
+            return kept
 
         update: dict[str, Any] = {
             "base": apply_overrides(self.base, overrides),
