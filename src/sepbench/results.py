@@ -110,7 +110,7 @@ def seed_cells(runs: pd.DataFrame, threshold: float | None = None) -> pd.DataFra
     runs that did not train.
 
     ``solved`` counts trained runs whose final accuracy is >= ``threshold`` (None: the cell's own
-    ``train.threshold``; the test the report's solved rule applies to each seed); ``trained`` is m. Means, minima
+    ``train.threshold``, the level its runs stop early at); ``trained`` is m. Means, minima
     and maxima are over trained runs only, so a cell whose runs all failed has no accuracy (NaN), never 0.
     """
     metrics = metric_columns(runs)

@@ -25,15 +25,14 @@ class OutputFormat(str, Enum):
 def require_folder(path: Path, given: Path | None = None, flag: str = "--out") -> None:
     """Raise ConfigError unless ``path`` is, or can be made, a folder: neither it nor a folder above it is a file,
     and the nearest that exists takes a file. ``given``: what the user typed, when ``path`` is derived from it."""
-    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
+    blocker = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+    if not blocker.is_dir():
         raise ConfigError(f"{flag} {given or path}: {blocker} is a file, not a folder")
     try:
         with tempfile.TemporaryFile(dir=blocker):
             pass
     except OSError as problem:
-        where = blocker or Path.cwd()
-        raise ConfigError(f"{flag} {given or path}: {where} cannot be written ({problem.strerror})") from None
+        raise ConfigError(f"{flag} {given or path}: {blocker} cannot be written ({problem.strerror})") from None
 
 
 def store_option(help: str = "SQLite store [default: ./sepbench.db]"):
