@@ -13,7 +13,7 @@ from sepbench.cli import app
 from sepbench.config import apply_overrides
 from sepbench.report.figures import figure_data, heatmaps, min_width_vs_length, size_cells
 from sepbench.report.page import flops_table, not_trained_table
-from sepbench.sweep.search import SolvedRule
+from sepbench.sweep.search import SolvedRule, select_lr
 from sepbench.train.result import EvalPoint, RunResult
 
 runner = CliRunner()
@@ -251,8 +251,8 @@ def test_single_seed_runs_say_what_the_rule_needs_instead_of_no_runs(tmp_path):
     assert strict.exit_code == 0, strict.output
     page = (tmp_path / "strict" / "index.html").read_text()
     assert "No stored runs" not in page and 'id="min_width_index_lookup"' not in page
-    assert "index_lookup: no width is solved (accuracy &gt;= 0.99 in &gt;= 2 of 3 seeds): 9 undecided cells " \
-           "(needs 3 seeds, has 1)" in page
+    assert "index_lookup: no width is solved (accuracy &gt;= the cell&#x27;s own train.threshold in &gt;= 2 of 3 " \
+           "seeds (0.99)): 9 undecided cells (needs 3 seeds, has 1)" in page
     loose = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "loose"), "--k", "1",
                                 "--m", "1"])
     assert loose.exit_code == 0 and "min_width_index_lookup" in loose.stdout
@@ -304,6 +304,40 @@ def test_failed_cells_are_drawn_and_tabled_as_failed_never_as_zero():
 def test_headline_names_both_rules_when_they_differ(report_dir):
     page = (report_dir / "index.html").read_text()
     headline = page.split('id="solved-rule">')[1].split("</p>")[0]
-    assert "solved means accuracy &gt;= 0.99 in &gt;= 2 of 3 seeds" in headline
+    assert "solved means accuracy &gt;= the cell&#x27;s own train.threshold in &gt;= 2 of 3 seeds (0.99)" in headline
     assert "minimum-FLOPs table alone uses accuracy &gt;= 0.9 in &gt;= 2 of 3 seeds" in headline
     assert "Solved here means accuracy &gt;= 0.9 in &gt;= 2 of 3 seeds" in page
+
+
+def early_stopped_results(threshold: float) -> list[RunResult]:
+    """Runs that stop early at ``threshold`` (as Yang et al.'s at 0.9): width 16 reaches 0.92, width 8 reaches 0.4."""
+    results = []
+    for w, accuracy in ((8, 0.4), (16, 0.92)):
+        for seed in range(3):
+            cfg = RunConfig.build(apply_overrides({}, {"task.name": "index_lookup", "model.name": "transformer",
+                                                       "task.length": 10, "model.width": w, "seed": seed,
+                                                       "train.steps": 40, "train.threshold": threshold,
+                                                       "device": "cpu"}))
+            results.append(RunResult(config=cfg, config_hash=cfg.config_hash(), steps=40,
+                                     metrics={"accuracy": accuracy},
+                                     status="solved" if accuracy >= threshold else "completed"))
+    return results
+
+
+def test_report_judges_each_cell_at_its_own_threshold_unless_one_is_given(tmp_path):
+    """Runs stopped early at 0.9 are solved at 0.9 by default, as ``sepbench results`` counts them; --threshold
+    overrides it for every cell."""
+    store = Store(tmp_path / "runs.db")
+    for result in early_stopped_results(0.9):
+        store.put(result)
+    own = select_lr(early_stopped_results(0.9), SolvedRule(None))
+    assert list(own.verdict) == ["unsolved", "solved"]
+    assert list(select_lr(early_stopped_results(0.9), SolvedRule(0.99)).verdict) == ["unsolved", "unsolved"]
+    for flags, headline, drawn in (([], "the cell&#x27;s own train.threshold in &gt;= 2 of 3 seeds (0.9)", True),
+                                   (["--threshold", "0.99"], "0.99 in &gt;= 2 of 3 seeds", False)):
+        out = tmp_path / f"out{len(flags)}"
+        done = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(out), *flags])
+        assert done.exit_code == 0, done.output
+        page = (out / "index.html").read_text()
+        assert f"solved means accuracy &gt;= {headline}" in page.split('id="solved-rule">')[1].split("</p>")[0]
+        assert ('id="min_width_index_lookup"' in page) is drawn

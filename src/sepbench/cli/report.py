@@ -14,7 +14,8 @@ from sepbench.config import ConfigError
 def report(
     out_dir: Path = typer.Option(..., "--out", help="directory for index.html, figures/*.{png,svg,json}, min_flops.csv"),
     store: Optional[Path] = store_option(),
-    threshold: float = typer.Option(0.99, help="accuracy a seed must reach to count as solved"),
+    threshold: Optional[float] = typer.Option(None, help="accuracy a seed must reach to count as solved [default: "
+                                              "each cell's own train.threshold, the level its runs stop early at]"),
     k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
     m: int = typer.Option(3, "--m", help="... out of this many"),
     flops_threshold: float = typer.Option(0.9, help="threshold of the min-FLOPs table (Yang et al. 2024, Table 2)"),

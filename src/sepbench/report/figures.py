@@ -236,7 +236,8 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
                       "none is drawn")
         figures.append(Figure(f"min_width_{task}", f"Smallest solving width against length: {task}",
                               "Bhattamishra et al. 2024, Fig. 3 and Thms. 3, 5 (size against N)",
-                              f"Smallest width whose best learning rate is solved ({rule}). Filled circles: exact (the "
+                              f"Smallest width whose best learning rate is solved "
+                              f"({rule.text_for([r for r in results if r.config.task.name == task])}). Filled circles: exact (the "
                               "next smaller stored width is unsolved); open downward triangles: at most this width "
                               "(no smaller width tried, or it is undecided or failed); open upward triangles: no "
                               f"stored width solves. Lines: width ~ c N^alpha fitted to the exact widths when at least "
@@ -255,7 +256,8 @@ def min_width_notes(results: Sequence[RunResult], rule: SolvedRule) -> list[str]
             continue
         hint = (" Store more seeds of each cell, or report single-seed runs with --k 1 --m 1."
                 if (group.verdict == "undecided").any() else "")
-        notes.append(f"{task}: no width is solved ({rule}): {why_unsolved(group)}.{hint}")
+        rule_here = rule.text_for([r for r in results if r.config.task.name == task])
+        notes.append(f"{task}: no width is solved ({rule_here}): {why_unsolved(group)}.{hint}")
     return notes
 
 

@@ -141,14 +141,15 @@ def _runs_html(table: pd.DataFrame) -> str:
 
 
 def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: pd.DataFrame, runs: int,
-               source: str, rule: SolvedRule, flops_rule: SolvedRule, not_trained: pd.DataFrame | None = None,
+               source: str, rule: str, flops_rule: str, not_trained: pd.DataFrame | None = None,
                note: str | None = None) -> str:
+    """The page; ``rule`` and ``flops_rule``: the solved rules in words (``SolvedRule.text_for``)."""
     flops_text = ("The minimum-FLOPs table uses the same rule." if flops_rule == rule else
-                  f"The minimum-FLOPs table alone uses {html.escape(str(flops_rule))} (Yang et al. 2024, Table 2, "
+                  f"The minimum-FLOPs table alone uses {html.escape(flops_rule)} (Yang et al. 2024, Table 2, "
                   "use 90% accuracy).")
     parts = [f"<h1>sepbench report</h1><p>{runs} runs from <code>{html.escape(source)}</code>, written "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.</p>"
-             f'<p id="solved-rule">In every figure, solved means {html.escape(str(rule))} at the best learning rate; '
+             f'<p id="solved-rule">In every figure, solved means {html.escape(rule)} at the best learning rate; '
              f"failed, diverged and pruned runs are not seeds that missed it, and a cell whose runs all failed is "
              f"shown as failed. {flops_text}</p>"]
     if note:
@@ -158,7 +159,7 @@ def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: 
         parts.extend(_figure_html(d) for d in drawn)
         parts.extend(f'<p class="empty">{html.escape(text)}</p>' for text in notes)
     parts.append("<h2>Minimum FLOPs to reach the threshold</h2>"
-                 f"<p>Mirrors Yang et al. 2024, Table 2. Solved here means {html.escape(str(flops_rule))}. Per task "
+                 f"<p>Mirrors Yang et al. 2024, Table 2. Solved here means {html.escape(flops_rule)}. Per task "
                  f"and model, the forward GFLOPs of one sequence for the cheapest size (layers, width) that is solved; "
                  f"in brackets, the same size counted by Table 2's convention (no attention term).</p>")
     parts.append(_table_html(flops) if not flops.empty else '<p class="empty">No stored runs.</p>')
@@ -175,11 +176,11 @@ def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: 
 
 
 def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str = "store",
-                 rule: SolvedRule = SolvedRule(), flops_rule: SolvedRule = SolvedRule(0.9),
+                 rule: SolvedRule = SolvedRule(None), flops_rule: SolvedRule = SolvedRule(0.9),
                  random_networks: pd.DataFrame | None = None, note: str | None = None) -> ReportOutcome:
     """Draw every figure the runs support, then write ``index.html``, ``figures/*.{png,svg,json}`` (the json: each
     figure's axis limits, ticks and points) and ``min_flops.csv``. ``note``: a paragraph under the page's
-    heading (e.g. the budget the runs had).
+    heading (e.g. the budget the runs had). ``rule``: by default at each cell's own ``train.threshold``.
 
     ``random_networks``: stored Deng et al. experiment points (``Store.query_softmax_vs_linear()``), if any.
     """
@@ -196,7 +197,8 @@ def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str 
                          [_render(f) for f in random_network_experiments(random_networks)], []))
     flops = flops_table(results, flops_rule)
     not_trained = not_trained_table(results, rule)
-    page = build_page(sections, flops, len(results), source, rule, flops_rule, not_trained, note)
+    page = build_page(sections, flops, len(results), source, rule.text_for(results), flops_rule.text_for(results),
+                      not_trained, note)
 
     (out / "figures").mkdir(parents=True, exist_ok=True)
     outcome = ReportOutcome(page=out / "index.html", runs=len(results))

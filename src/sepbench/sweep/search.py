@@ -19,30 +19,49 @@ from sepbench.train.result import RunResult
 
 @dataclass(frozen=True)
 class SolvedRule:
-    """Solved = accuracy >= ``threshold`` in at least ``k`` of ``m`` seeds (seeds 0..m-1 when searching)."""
+    """Solved = accuracy >= ``threshold`` in at least ``k`` of ``m`` seeds (seeds 0..m-1 when searching).
 
-    threshold: float = 0.99
+    ``threshold=None`` takes each cell's own ``train.threshold``, the level its runs stop early at (``for_cell``)."""
+
+    threshold: float | None = 0.99
     k: int = 2
     m: int = 3
 
     def __post_init__(self) -> None:
-        if not 0 < self.threshold <= 1:
+        if self.threshold is not None and not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if not 1 <= self.k <= self.m:
             raise ValueError(f"need 1 <= k <= m, got k={self.k}, m={self.m}")
 
+    def for_cell(self, cell_threshold: float) -> SolvedRule:
+        """The rule a cell whose runs have ``train.threshold == cell_threshold`` is judged by."""
+        return self if self.threshold is not None else SolvedRule(cell_threshold, self.k, self.m)
+
     def solved(self, accuracies: Sequence[float]) -> bool:
-        return sum(a >= self.threshold for a in accuracies) >= self.k
+        return sum(a >= self._level() for a in accuracies) >= self.k
 
     def verdict(self, accuracies: Sequence[float]) -> str:
         """'solved', 'unsolved' (the seeds still missing from m could not make k) or 'undecided' (they could)."""
-        hits = sum(a >= self.threshold for a in accuracies)
+        hits = sum(a >= self._level() for a in accuracies)
         if hits >= self.k:
             return "solved"
         return "unsolved" if hits + max(0, self.m - len(accuracies)) < self.k else "undecided"
 
+    def _level(self) -> float:
+        if self.threshold is None:
+            raise ValueError("a rule at each cell's own threshold judges a cell only through for_cell")
+        return self.threshold
+
+    def text_for(self, results: Sequence[RunResult]) -> str:
+        """The rule in words; at each cell's own threshold, with the thresholds ``results`` have."""
+        levels = sorted({r.config.train.threshold for r in results})
+        if self.threshold is not None or not levels:
+            return str(self)
+        return f"{self} ({'here ' if len(levels) > 1 else ''}{', '.join(f'{t:g}' for t in levels)})"
+
     def __str__(self) -> str:
-        return f"accuracy >= {self.threshold:g} in >= {self.k} of {self.m} seeds"
+        level = f"{self.threshold:g}" if self.threshold is not None else "the cell's own train.threshold"
+        return f"accuracy >= {level} in >= {self.k} of {self.m} seeds"
 
 
 def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
@@ -50,12 +69,13 @@ def runs_frame(results: Sequence[RunResult]) -> pd.DataFrame:
     pruned runs, whose accuracy is NaN: they never count as a seed that did not reach the threshold."""
     rows = [{"cell": cell_key(r.config), "task": r.config.task.name, "model": r.config.model.name,
              "length": r.config.task.length, "layers": r.config.model.layers, "width": r.config.model.width,
-             "lr": r.config.train.lr, "seed": r.config.seed, "status": r.status, "trained": r.status in TRAINED,
+             "lr": r.config.train.lr, "seed": r.config.seed, "threshold": r.config.train.threshold,
+             "status": r.status, "trained": r.status in TRAINED,
              "accuracy": r.metrics.get("accuracy", np.nan) if r.status in TRAINED else np.nan,
              "error": r.error, "config_hash": r.config_hash}
             for r in results]
-    columns = ["cell", "task", "model", "length", "layers", "width", "lr", "seed", "status", "trained", "accuracy",
-               "error", "config_hash"]
+    columns = ["cell", "task", "model", "length", "layers", "width", "lr", "seed", "threshold", "status", "trained",
+               "accuracy", "error", "config_hash"]
     return pd.DataFrame(rows, columns=columns).astype({"accuracy": float})
 
 
@@ -95,7 +115,7 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> 
         per_lr = trained.groupby("lr")["accuracy"].agg(["mean", list])
         best_lr = float(per_lr["mean"].idxmax())
         accuracies = per_lr.loc[best_lr, "list"]
-        verdict = rule.verdict(accuracies)
+        verdict = rule.for_cell(float(first.threshold)).verdict(accuracies)
         reason = f"needs {rule.m} seeds, has {len(accuracies)}" if verdict == "undecided" else ""
         rows.append({**row, "best_lr": best_lr, "best_accuracy": float(per_lr["mean"].max()),
                      "median_accuracy": float(per_lr["mean"].median()), "learning_rates": len(per_lr),
