@@ -43,7 +43,7 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     not_run = runner.invoke(app, ["reproduce", "--claim", "eq-ncp", "--evidence", "--scale", "cpu", "--evidence-dir",
                                   str(tmp_path / "evidence")], terminal_width=300)
     assert not_run.exit_code == 0, not_run.output
-    assert "0 of 1 claims have none, 1 not run at the cpu scale" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
+    assert "evidence for 1 of 1 claim, 1 not run at the cpu scale" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
     yours = _store(tmp_path / "yours.db", 0.5)
     beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
                                  str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)
@@ -241,7 +241,7 @@ def test_a_stopped_reproduce_with_write_evidence_ships_what_finished(tmp_path, m
     monkeypatch.setattr(reproducing, "judge_all", stopped_after_one)
     stopped = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(store.path), "--write-evidence",
                                   "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
-    assert stopped.exit_code != 0 and "interrupted: 1 runs finished" in stopped.output
+    assert stopped.exit_code != 0 and "interrupted: 1 run finished" in stopped.output
     lines = evidence.path_for(tmp_path / "evidence", "quick", CLAIM).read_text().splitlines()
     assert [json.loads(line)["run"]["config_hash"] for line in lines] == [first.config_hash()]
 

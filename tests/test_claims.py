@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 from sepbench.claims import SCALES, catalogue, select
 from sepbench.claims.checks import CHECKS
 from sepbench.claims.evaluate import evaluate_runs
-from sepbench.claims.verdicts import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, combine, compare_verdict, level_verdict,
-                                      order_verdict)
+from sepbench.claims.verdicts import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine, compare_verdict,
+                                      level_verdict, order_verdict)
 from sepbench.claims.width_rules import possible_widths
 from sepbench.cli import app
 from sepbench.config import ConfigError
@@ -141,6 +141,12 @@ def test_spread_or_missing_runs_are_inconclusive(tmp_path):
     assert straddle.verdict == INCONCLUSIVE
     missing = _tf_vs_wide_mamba(tmp_path / "b", lambda c: None if c.seed == 2 else 1.0 if _transformer(c) else 0.5)
     assert missing.verdict == INCONCLUSIVE and any("runs missing (no result to judge)" in r for r in missing.reasons)
+    (claim,) = select(None, "mamba-wide-vs-transformer")
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [missing]).label == "inconclusive: runs missing"
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [straddle]).label != "inconclusive: runs missing"
+    one = _tf_vs_wide_mamba(tmp_path / "c", lambda c: None if (c.seed, c.train.lr, _transformer(c)) == (2, 0.001, False)
+                            else 1.0 if _transformer(c) else 0.5)
+    assert "N=200: 1 run missing (no result to judge)" in one.reasons
 
 
 def test_yang_width_conditions_on_stored_runs(tmp_path):

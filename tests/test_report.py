@@ -189,7 +189,7 @@ def test_a_store_with_no_finished_run_reports_an_empty_page(tmp_path):
     store.put(pruned)
     result = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "report of 1 runs: 0 figures (none)" in result.stdout and (tmp_path / "out" / "index.html").exists()
+    assert "report of 1 run: 0 figures (none)" in result.stdout and (tmp_path / "out" / "index.html").exists()
 
 
 def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):

@@ -76,7 +76,7 @@ def test_a_run_in_training_is_listed_with_its_step_accuracy_and_eta_until_it_is_
     assert row["accuracy"] == running.result.curve[-1].accuracy
     assert row["eta_seconds"] == pytest.approx(row["seconds"] / 40 * 20)
     table = runner.invoke(app, ["results", "--store", str(store.path), "--running"])
-    assert "40/60" in table.stdout and "1 runs in training" in table.stdout
+    assert "40/60" in table.stdout and "1 run in training" in table.stdout
     store.put(trainer.finish())
     assert store.running() == []
     assert "no runs in training" in runner.invoke(app, ["results", "--store", str(store.path), "--running"]).stdout

@@ -59,6 +59,7 @@ from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODU
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
 from sepbench.config import RunConfig
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 
 def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunConfig],
@@ -288,7 +289,7 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
         short = [r for r in slow_slot.results if r.status == "completed" and r.steps < horizon]
         reasons = [f"N={n}: {r}" for r in gaps(slow_slot, min_seeds, slow)]
         if short:
-            reasons.append(f"N={n}: {len(short)} runs of {slow.label} stopped at {min(r.steps for r in short)} "
+            reasons.append(f"N={n}: {counted(len(short), 'run')} of {slow.label} stopped at {min(r.steps for r in short)} "
                            f"steps, before {condition.k:g} x T = {horizon:.0f}")
         if reasons:
             outcome.reasons += reasons

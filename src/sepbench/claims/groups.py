@@ -9,10 +9,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from sepbench.claims.catalogue import Group, config_fields, in_group
-from sepbench.claims.verdicts import Point
+from sepbench.claims.verdicts import RUNS_MISSING, Point
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import cell_key
+from sepbench.wording import counted
 from sepbench.train.result import RunResult
 
 
@@ -105,9 +106,9 @@ def _ordinal(rank: int) -> str:
 def gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
     reasons = []
     if slot.missing:
-        reasons.append(f"{slot.missing} runs missing (no result to judge)")
+        reasons.append(f"{counted(slot.missing, 'run')} {RUNS_MISSING}")
     if slot.failed:
-        reasons.append(f"{len(slot.failed)} runs failed or diverged ({slot.failed[0].status}: "
+        reasons.append(f"{counted(len(slot.failed), 'run')} failed or diverged ({slot.failed[0].status}: "
                        f"{slot.failed[0].error or 'no reason stored'})")
     if len(point.values) < min_seeds:
         reasons.append(f"{point.label}: {len(point.values)} trained seeds, the rule needs {min_seeds}")
@@ -145,8 +146,8 @@ def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: 
     found = [r for slot in slots.values() for r in slot.results]
     missing = sum(slot.missing for slot in slots.values())
     failed = sum(len(slot.failed) for slot in slots.values())
-    reasons = [text for count, text in ((missing, f"{missing} runs missing (no result to judge)"),
-                                        (failed, f"{failed} runs failed")) if count]
+    reasons = [text for count, text in ((missing, f"{counted(missing, 'run')} {RUNS_MISSING}"),
+                                        (failed, f"{counted(failed, 'run')} failed")) if count]
     if not slots:
         reasons.append(f"no run of {group_label(group)} in the claim's specs")
     return found, reasons

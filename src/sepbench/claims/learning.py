@@ -21,6 +21,7 @@ import numpy as np
 from sepbench.claims.verdicts import STILL_LEARNING, TOO_FEW_EVALUATIONS
 from sepbench.sweep.ties import evaluation_noise
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 QUARTER = 0.25
 MIN_POINTS = 3
@@ -168,7 +169,7 @@ def _too_few_reason(results: Sequence[RunResult]) -> str | None:
         return None
     first = short[0]
     count = _finite_points(first)
-    evaluations = f"{count} evaluation{'s' * (count != 1)}"
+    evaluations = counted(count, "evaluation")
     return (f"{TOO_FEW_EVALUATIONS} whether the runs stopped learning ({len(short)} of {len(results)} deciding runs; "
             f"lr {first.config.train.lr:g} seed {first.config.seed}: {evaluations} in {first.steps} steps, at least "
             f"{MIN_POINTS} needed: train longer or evaluate more often)")

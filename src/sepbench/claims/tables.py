@@ -13,6 +13,7 @@ from sepbench.claims.reproduce import ClaimPlan
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.costs import Estimate, estimate
+from sepbench.wording import counted
 
 
 def overridden(overrides: dict[str, Any]) -> str:
@@ -41,7 +42,7 @@ def verdict_rows(verdicts: Sequence[ClaimVerdict]) -> list[tuple[str, str, str, 
             lines += [f"  {e}" for e in o.evidence]
             lines += [f"  inconclusive: {r}" for r in o.reasons[:shown]]
             hidden = len(o.reasons) - len(o.reasons[:shown])
-            lines += ([f"  ({hidden} more reason{'s' * (hidden != 1)}: `--claim {v.claim.id}` shows every one)"]
+            lines += ([f"  ({counted(hidden, 'more reason')}: `--claim {v.claim.id}` shows every one)"]
                       if hidden else [])
         rows.append((v.claim.id, f"{v.claim.paper}, {v.claim.place}", "\n".join(lines), shown_verdict(v),
                      v.cost))

@@ -11,6 +11,7 @@ import numpy as np
 
 from sepbench.claims.catalogue import Claim
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
@@ -19,6 +20,7 @@ SEEDS_STRADDLE = "seeds straddle"
 SEARCH_TIE = "the rate search cut"
 NO_EVIDENCE = "no evidence shipped"
 TOO_FEW_EVALUATIONS = "too few evaluations to tell"
+RUNS_MISSING = "missing (no result to judge)"
 INF = math.inf
 
 
@@ -43,8 +45,7 @@ class Point:
             return f"{self.label}: no data"
         spread = f" [{min(self.values):.3f}, {max(self.values):.3f}]" if len(self.values) > 1 else ""
         who = f" {self.member}" if self.member and self.member != self.label else ""
-        seeds = "1 seed" if len(self.values) == 1 else f"{len(self.values)} seeds"
-        return f"{self.label}{who} {self.mean:.3f}{spread} ({seeds}{self.detail})"
+        return f"{self.label}{who} {self.mean:.3f}{spread} ({counted(len(self.values), 'seed')}{self.detail})"
 
 
 @dataclass
@@ -90,13 +91,16 @@ class ClaimVerdict:
 
     @property
     def label(self) -> str:
-        """The verdict, as "inconclusive: still learning at B steps" when a deciding run was still learning."""
+        """The verdict, as "inconclusive: still learning at B steps" when a deciding run was still learning, or
+        "inconclusive: runs missing" while some of the claim's runs have no result."""
         if self.verdict != INCONCLUSIVE:
             return self.verdict
         reasons = [r for o in self.outcomes for r in o.reasons]
         for common in (NO_EVIDENCE, f"not run at the {self.scale} scale"):
             if reasons and all(r.startswith(common) for r in reasons):
                 return f"{INCONCLUSIVE}: {common}"
+        if any(RUNS_MISSING in reason for reason in reasons):
+            return f"{INCONCLUSIVE}: runs missing"
         budgets = sorted({reason.split(STILL_LEARNING, 1)[1].split()[0] for o in self.outcomes for reason in o.reasons
                           if STILL_LEARNING in reason}, key=int)
         tied = any(SEARCH_TIE in reason for o in self.outcomes for reason in o.reasons)

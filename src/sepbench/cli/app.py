@@ -14,6 +14,7 @@ from sepbench.config import ConfigError
 from sepbench.plugins import PluginError
 from sepbench.registry import UnknownNameError
 from sepbench.store import Store, StoreError
+from sepbench.wording import counted
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -44,11 +45,6 @@ def _options(
                                  help="print the version and exit"),
 ) -> None:
     pass
-
-
-def counted(n: int, noun: str) -> str:
-    """'1 claim', '3 claims'."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def say(text: str) -> None:
@@ -84,8 +80,7 @@ def exit_on_failures(failed: dict[str, str], command: str, what: str = "run") ->
         return
     for key, reason in failed.items():
         warn(f"failed: {key}: {reason}")
-    plural = "s" if len(failed) > 1 else ""
-    warn(f"error: {len(failed)} {what}{plural} of this {command} failed (listed above); fix the cause and rerun "
+    warn(f"error: {counted(len(failed), what)} of this {command} failed (listed above); fix the cause and rerun "
          "with --retry-failed")
     raise typer.Exit(1)
 

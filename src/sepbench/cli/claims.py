@@ -11,12 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, counted, err, interrupted, narrowest, out, print_whole, say, warn
+from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, print_whole, say, warn
 from sepbench.cli.options import (
     checkpoints_option, group_size_option, require_folder, retry_failed_option, store_option, tensorboard_option,
     use_folders,
 )
 from sepbench.config import ConfigError, parse_assignments
+from sepbench.wording import counted
 
 if TYPE_CHECKING:
     from sepbench.claims.catalogue import Claim
@@ -130,7 +131,7 @@ def reproduce(
         _print_plan(plans, db, workers, scale.value)
         return
     todo = sum(len(p.todo) for p in plans)
-    say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {todo} runs to train in {db.path}")
+    say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {counted(todo, 'run')} to train in {db.path}")
     try:
         with SweepProgress("reproduce", todo, err) as progress:
             advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
@@ -140,7 +141,7 @@ def reproduce(
     except SweepInterrupted as stop:
         if write_evidence:  # what finished ships; the claim is judged inconclusive for the runs it still lacks
             _write_evidence(claims, scale.value, db, evidence_dir, overrides)
-        interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
+        interrupted(f"{counted(stop.finished, 'run')} finished and stored in {db.path}", db, started)
     _print_verdicts(verdicts, scale.value, overrides)
     from sepbench.claims.report import write
 
@@ -245,8 +246,8 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
     judged = judge_shipped(claims, scale, evidence_dir, store)
     not_run = sum(c.at(scale).not_run is not None for c in claims)
     unrun = f", {not_run} not run at the {scale} scale" if not_run else ""
-    say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained); "
-        f"{len(judged.missing)} of {len(claims)} claims have none{unrun}")
+    say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained): "
+        f"evidence for {len(claims) - len(judged.missing)} of {counted(len(claims), 'claim')}{unrun}")
     _print_verdicts(judged.verdicts, scale, {})
     if judged.mine is not None:
         table = Table(title=f"shipped evidence beside {store}")

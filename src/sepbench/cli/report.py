@@ -9,6 +9,7 @@ import typer
 from sepbench.cli.app import bad_input_exits, say, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
+from sepbench.wording import counted
 
 
 def report(
@@ -41,5 +42,5 @@ def report(
     warn_unreadable(db)
     outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
                            random_networks=random_networks)
-    say(f"report of {outcome.runs} runs: {len(outcome.figures)} figures ({', '.join(outcome.figures) or 'none'})")
+    say(f"report of {counted(outcome.runs, 'run')}: {counted(len(outcome.figures), 'figure')} ({', '.join(outcome.figures) or 'none'})")
     say(f"open {outcome.page.resolve()}")

@@ -12,6 +12,7 @@ from rich.text import Text
 from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
+from sepbench.wording import counted
 
 
 class ResultsFormat(str, Enum):
@@ -75,7 +76,7 @@ def results(
         matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
         stored = db.query()
         held = "; ".join(f"{key}s stored: {', '.join(sorted(set(stored[key])))}" for key in where if len(stored))
-        warn(f"no {matching} in {db.path} ({len(db)} runs stored{'; ' + held if held else ''})")
+        warn(f"no {matching} in {db.path} ({counted(len(db), 'run')} stored{'; ' + held if held else ''})")
         raise typer.Exit(1)
     runs = runs.sort_values(["task", "model", "layers", "width", "length", "lr", "seed"], kind="stable",
                             ignore_index=True)
@@ -86,7 +87,7 @@ def results(
     with bad_input_exits():
         write_frame(frame, output.value, out_file)
     if out_file is not None:
-        unit = "runs" if by_seed else f"cells ({len(runs)} runs)"
+        unit = "runs" if by_seed else f"cells ({counted(len(runs), 'run')})"
         warn(f"wrote {len(frame)} {unit} to {out_file}")
 
 
@@ -104,7 +105,7 @@ def _print_running(frame, path: Path) -> None:
                       f"{row.lr:g}", str(row.seed), f"{row.step}/{row.steps}", _cell_text(row.accuracy, "accuracy"),
                       seconds(row.seconds), seconds(row.eta_seconds), row.state, row.updated_at)
     print_whole(table)
-    out.print(f"{len(frame)} runs in training in {path}; ETA at each run's mean step time so far (an early stop "
+    out.print(f"{counted(len(frame), 'run')} in training in {path}; ETA at each run's mean step time so far (an early stop "
               "ends a run sooner); a stopped run resumes from its checkpoint when its command runs again",
               markup=False, highlight=False, soft_wrap=True)
 
@@ -151,10 +152,10 @@ def _print_results(frame, runs, by_seed: bool, threshold: float | None, path: Pa
         table.add_row(*(Text(v) for v in row))
     print_whole(table)
     if by_seed:
-        summary = f"{len(frame)} runs in {path}"
+        summary = f"{counted(len(frame), 'run')} in {path}"
     else:
         line = f"{threshold:g}" if threshold is not None else "the cell's train.threshold"
-        summary = (f"{len(frame)} cells ({len(runs)} runs) in {path}; solved = k/m trained seeds with final accuracy "
+        summary = (f"{counted(len(frame), 'cell')} ({counted(len(runs), 'run')}) in {path}; solved = k/m trained seeds with final accuracy "
                    f">= {line}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
                    "--by-seed for one row per run")
     out.print(summary, markup=False, highlight=False, soft_wrap=True)

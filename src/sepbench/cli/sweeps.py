@@ -16,6 +16,7 @@ from sepbench.cli.options import (
     retry_failed_option, store_option, tensorboard_option, use_folders,
 )
 from sepbench.config import ConfigError, RunConfig, apply_overrides
+from sepbench.wording import counted
 
 if TYPE_CHECKING:
     from sepbench.store import Store
@@ -74,7 +75,7 @@ def sweep(
                                group_size=group_size, dry_run=dry_run, on_plan=planned,
                                on_result=lambda result: progress[0].advance(result))
     except SweepInterrupted as stop:
-        interrupted(f"{stop.finished} of {stop.total} runs finished and stored in {db.path}", db, started)
+        interrupted(f"{stop.finished} of {counted(stop.total, 'run')} finished and stored in {db.path}", db, started)
     if dry_run:
         for cfg in outcome.planned.plan.todo:
             say(f"{cfg.config_hash()}  {spec.describe(cfg)}")
@@ -189,9 +190,9 @@ def minwidth(
                                       lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
                                       finalists=finalists)
     except SweepInterrupted as stop:
-        interrupted(f"{stop.finished} runs finished and stored in {db.path}", db, started)
+        interrupted(f"{counted(stop.finished, 'run')} finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
-    depth = f"{cfg.model.layers} layer{'s' if cfg.model.layers > 1 else ''}"
+    depth = counted(cfg.model.layers, "layer")
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
     _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {rule}{tuned}", grid_widths,
                   resamples)

@@ -21,6 +21,7 @@ from sepbench.sweep.search import (  # noqa: E402
     MIN_FIT_POINTS, SolvedRule, fit_power_law, min_width_table, select_lr, why_unsolved,
 )
 from sepbench.train.result import RunResult  # noqa: E402
+from sepbench.wording import counted  # noqa: E402
 
 SOFTMAX, LINEAR = "transformer", "linear_transformer"
 FAILED_FILL, FAILED_EDGE = "#d9d9d9", "#b22222"
@@ -196,14 +197,14 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
         xs: list[float] = []
         ys: list[float] = []
         for (model, layers), rows in group.groupby(["model", "layers"]):
-            name = f"{model}, {layers} layer{'s' if layers > 1 else ''}"
+            name = f"{model}, {counted(layers, 'layer')}"
             found = rows[rows.min_width.notna()]
             exact = {int(r.length): int(r.min_width) for r in found.itertuples() if r.exact}
             at_most = {int(r.length): int(r.min_width) for r in found.itertuples() if not r.exact}
             none = {int(r.length): int(r.max_width) for r in rows[rows.min_width.isna()].itertuples()}
             fit = fit_power_law(exact, resamples=500) if len(exact) >= MIN_FIT_POINTS else None
             fitted = (f"alpha = {fit.alpha:.2f} [{fit.alpha_low:.2f}, {fit.alpha_high:.2f}]" if fit is not None else
-                      f"no fit ({len(exact)} exact width{'s' if len(exact) != 1 else ''}, needs {MIN_FIT_POINTS})")
+                      f"no fit ({counted(len(exact), 'exact width')}, needs {MIN_FIT_POINTS})")
             color = None
             for points, marker, what in ((exact, "o", fitted), (at_most, "v", "at most this width"),
                                          (none, "^", "none solved up to this width")):

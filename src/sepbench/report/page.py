@@ -17,6 +17,7 @@ from sepbench.report.figures import SECTIONS, Figure, figure_data, random_networ
 from sepbench.results import NOT_TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, min_flops_table, runs_frame, select_lr, why_unsolved
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -147,7 +148,7 @@ def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: 
     flops_text = ("The minimum-FLOPs table uses the same rule." if flops_rule == rule else
                   f"The minimum-FLOPs table alone uses {html.escape(flops_rule)} (Yang et al. 2024, Table 2, "
                   "use 90% accuracy).")
-    parts = [f"<h1>sepbench report</h1><p>{runs} runs from <code>{html.escape(source)}</code>, written "
+    parts = [f"<h1>sepbench report</h1><p>{counted(runs, 'run')} from <code>{html.escape(source)}</code>, written "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.</p>"
              f'<p id="solved-rule">In every figure, solved means {html.escape(rule)} at the best learning rate; '
              f"failed, diverged and pruned runs are not seeds that missed it, and a cell whose runs all failed is "

@@ -12,6 +12,7 @@ from sepbench.store import Store
 from sepbench.sweep.runner import OnResult
 from sepbench.train.result import RunResult
 from sepbench.train.stopping import stopping_runs_on
+from sepbench.wording import counted
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -19,7 +20,8 @@ class SweepInterrupted(KeyboardInterrupt):
     where it knew them in advance) are stored, and the runs in training saved checkpoints to resume from."""
 
     def __init__(self, finished: int, total: int | None = None) -> None:
-        super().__init__(f"{finished} runs finished" + (f" of {total}" if total is not None else ""))
+        super().__init__(f"{finished} of {counted(total, 'run')} finished" if total is not None else
+                         f"{counted(finished, 'run')} finished")
         self.finished, self.total = finished, total
 
 

@@ -15,6 +15,7 @@ from sepbench.sweep.cells import cell_key  # noqa: F401  (part of the search's A
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def why_unsolved(cells: pd.DataFrame) -> str:
             continue
         reasons = sorted(set(r for r in these.reason if r))
         detail = f" ({'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''})" if reasons else ""
-        parts.append(f"{len(these)} {verdict} cell{'s' if len(these) > 1 else ''}{detail}")
+        parts.append(f"{counted(len(these), f'{verdict} cell')}{detail}")
     return ", ".join(parts) if parts else "no runs"
 
 
