@@ -344,11 +344,14 @@ def test_a_claim_trains_only_the_runs_its_only_names_and_shares_them_with_the_wh
     (whole,) = select("yang2024", "yang-efficient-larger")
     (rising,) = select("yang2024", "yang-lis-sparse-rising")
     (widest,) = select("yang2024", "yang-arithmetic-512")
-    every = {c.config_hash() for c in whole.configs("cpu")}
-    picked = rising.configs("cpu")
+    every = {c.config_hash() for c in whole.configs("quick")}
+    picked = rising.configs("quick")
     assert {(c.model.name, c.task.name) for c in picked} == {("sparse_transformer", "lis")}
-    assert {c.model.width for c in picked} == {32, 128} and {c.model.width for c in rising.configs("quick")} == {32, 96}
+    assert {c.model.width for c in picked} == {32, 96} and {c.model.width for c in rising.configs("cpu")} == {32, 128}
     assert {c.config_hash() for c in picked} <= every
+    longer = rising.configs("cpu")  # its own spec: the same runs as yang_fig1.yaml's but 28 000 steps
+    assert {c.train.steps for c in longer} == {28000} and not {c.config_hash() for c in longer} & {
+        c.config_hash() for c in whole.configs("cpu")}
     assert {(c.task.name, c.model.width) for c in widest.configs("paper")} == {("arithmetic", 512)}
 
 
@@ -495,10 +498,12 @@ def test_a_dry_run_says_whether_the_runs_to_train_fit_the_cpu_scales_core_hour_t
         monkeypatch.setattr(costs, "timed_cost", lambda cfg: costs.ShapeCost(step, 0.0, "timed"))
         return dry_run(plans, store).against_targets("cpu")
 
-    assert verdict(5.0 * 3600 / dyck).endswith("the runs still to train fit both")
-    one_past = verdict(7.0 * 3600 / dyck)
+    larger, smaller = sorted([("dyck-depth", dyck), ("yang-lis-sparse-rising", lis)], key=lambda c: -c[1])
+    assert verdict(5.0 * 3600 / larger[1]).endswith("the runs still to train fit both")
+    one_past = verdict(7.0 * 3600 / larger[1])
+    assert smaller[1] * 7.0 / larger[1] <= 6.0
     assert one_past.startswith("the cpu scale aims at <= 6 core-hours a claim and <= 30 in all")
-    assert one_past.endswith("do not fit: past 6 a claim: dyck-depth 7.00")
+    assert one_past.endswith(f"do not fit: past 6 a claim: {larger[0]} 7.00")
     step = 32.0 * 3600 / (dyck + lis)  # past 6 each and past 30 in all
     assert verdict(step).endswith(f"past 6 a claim: dyck-depth {step * dyck / 3600:.2f}, yang-lis-sparse-rising "
                                   f"{step * lis / 3600:.2f}; 32.00 in all, past 30")
