@@ -244,3 +244,21 @@ def test_a_width_whose_runs_did_not_train_is_left_open_not_unsolved(tmp_path, st
     shown = runner.invoke(app, args, terminal_width=200)
     assert f"4:{status}" in shown.stdout and "8 (width 4 did not train: undetermined)" in shown.stdout, shown.output
     assert shown.exit_code == (1 if status == "failed" else 0)  # a diverged rate is a result: nothing to retry
+
+
+def test_minwidth_judges_the_runs_it_trains_at_their_own_threshold(tmp_path):
+    """Runs stopped early at train.threshold 0.9 (as the Yang presets' are) solve at 0.9 unless --threshold asks
+    more: a fixed 0.99 would leave every width unsolved."""
+    store = Store(tmp_path / "s.db")
+    for w, acc in {8: 0.5, 16: 0.92, 32: 0.93}.items():
+        for seed in range(3):
+            store.put(stored({"task.length": 12, "model.width": w, "seed": seed, "train.steps": 5,
+                              "train.threshold": 0.9}, acc))
+    args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12", "--widths", "8,16,32",
+            "--steps", "5", "--device", "cpu", "--store", str(store.path), "--set", "train.threshold=0.9"]
+    own = runner.invoke(app, args, terminal_width=200)
+    assert own.exit_code == 0, own.output
+    assert "solved = accuracy >= 0.9 in >= 2 of 3 seeds" in own.stdout and "│       12 │             16 │" in own.stdout
+    assert "trained 0 new runs" in own.stdout
+    stricter = runner.invoke(app, args + ["--threshold", "0.99"], terminal_width=200)
+    assert "solved = accuracy >= 0.99 in >= 2 of 3 seeds" in stricter.stdout and "│             16 │" not in stricter.stdout

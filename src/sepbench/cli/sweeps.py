@@ -120,7 +120,8 @@ def minwidth(
     widths: str = typer.Option(..., help="width grid to search, comma-separated"),
     layers: Optional[int] = typer.Option(None, help="number of blocks"),
     steps: Optional[int] = typer.Option(None, help="training steps per run"),
-    threshold: float = typer.Option(0.99, help="accuracy a seed must reach"),
+    threshold: Optional[float] = typer.Option(None, help="accuracy a seed must reach [default: the runs' own "
+                                              "train.threshold, the level they stop early at]"),
     k: int = typer.Option(2, "--k", help="seeds that must reach it ..."),
     m: int = typer.Option(3, "--m", help="... out of this many (seeds 0..m-1)"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
@@ -194,7 +195,8 @@ def minwidth(
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = counted(cfg.model.layers, "layer")
     tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
-    _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {rule}{tuned}", grid_widths,
+    shown = rule.for_cell(cfg.train.threshold)
+    _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {shown}{tuned}", grid_widths,
                   resamples)
     say(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
