@@ -43,7 +43,7 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     not_run = runner.invoke(app, ["reproduce", "--claim", "eq-ncp", "--evidence", "--scale", "cpu", "--evidence-dir",
                                   str(tmp_path / "evidence")], terminal_width=300)
     assert not_run.exit_code == 0, not_run.output
-    assert "evidence for 1 of 1 claim, 1 not run at the cpu scale" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
+    assert "evidence for 0 of the 0 claims run at the cpu scale; 1 not run there" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
     yours = _store(tmp_path / "yours.db", 0.5)
     beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
                                  str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)
@@ -206,7 +206,7 @@ def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_o
             "--store", str(mine.path)]
     planned = runner.invoke(app, args + ["--dry-run"], terminal_width=300)
     assert planned.exit_code == 0, planned.output
-    assert "resumed from the shipped evidence of 1 of 1 claims" in planned.stdout
+    assert "resumed from the shipped evidence of 1 of 1 claim" in planned.stdout
     assert "4 runs to train" in planned.stdout  # the 5 the evidence lacks, less the one already stored
     assert len(Store(mine.path)) == 1  # a dry run writes nothing
     ship_without(dropped[:1])  # the evidence now lacks only the run one already has: nothing trains

@@ -526,6 +526,14 @@ def test_the_verdict_table_points_at_settle_ties_where_a_search_cut_on_a_tie(tmp
     assert judged.exit_code == 0, judged.output
     assert "dyck-depth: the rate search cut rates it could not rank" in judged.stdout
     assert "--settle-ties" in judged.stdout
+    part = Store(tmp_path / "part.db")  # a run missing too: the label says so, and the hint stays
+    for cfg in claim.configs("cpu")[1:]:
+        part.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    evidence.write(claim, "cpu", part, tmp_path / "part")
+    partial = runner.invoke(app, ["reproduce", "--claim", "dyck-depth", "--scale", "cpu", "--evidence",
+                                  "--evidence-dir", str(tmp_path / "part")], terminal_width=300)
+    assert "dyck-depth: inconclusive: runs missing" in partial.stdout
+    assert "dyck-depth: the rate search cut rates it could not rank" in partial.stdout
     mixed = runner.invoke(app, ["reproduce", "--evidence", "--settle-ties"])
     assert mixed.exit_code == 2 and "--settle-ties" in mixed.stderr and mixed.stderr.strip().count("\n") == 0
 

@@ -341,3 +341,4 @@ def test_report_judges_each_cell_at_its_own_threshold_unless_one_is_given(tmp_pa
         page = (out / "index.html").read_text()
         assert f"solved means accuracy &gt;= {headline}" in page.split('id="solved-rule">')[1].split("</p>")[0]
         assert ('id="min_width_index_lookup"' in page) is drawn
+        assert ("The minimum-FLOPs table uses the same rule." in page) is drawn  # its own rule: 0.9, 2 of 3

@@ -80,7 +80,7 @@ def test_a_cell_counts_as_solved_the_runs_at_its_own_threshold_unless_told_anoth
     (strict,) = json.loads(strict_json)
     assert strict["solved"] == 0
     table = runner.invoke(app, ["results", "--store", str(tmp_path / "runs.db")], terminal_width=200)
-    assert "│    2/3 │" in table.stdout and "final accuracy >= the cell's train.threshold" in table.stdout
+    assert "│    2/3 │" in table.stdout and "final accuracy >= the cell's own train.threshold" in table.stdout
 
 
 def test_table_shows_whole_hashes_and_failures_at_80_columns(tmp_path):

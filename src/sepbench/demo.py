@@ -26,6 +26,7 @@ from sepbench.sweep import SweepSpec, pending, run_sweep
 from sepbench.sweep.progress import SweepProgress
 from sepbench.sweep.search import SolvedRule
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 SPEC = configs.path("demo", "index_lookup_separation.yaml")
 STORE, REPORT = Path("runs/demo.db"), Path("runs/demo_report")
@@ -96,7 +97,7 @@ def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = RE
 
     report = write_report(results, report_dir, source=str(store.path), rule=SolvedRule(0.99, 1, 1),
                           flops_rule=SolvedRule(0.9, 1, 1), note=budget)
-    console.print(f"done in {time.perf_counter() - start:.0f} s; report with {len(report.figures)} figures: "
+    console.print(f"done in {time.perf_counter() - start:.0f} s; report with {counted(len(report.figures), 'figure')}: "
                   f"{report.page.resolve()}", highlight=False, soft_wrap=True)
     return report.page
 

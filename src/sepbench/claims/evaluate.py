@@ -209,11 +209,11 @@ def _deciding_tied_cuts(condition: Compare | Level, verdict: str, searched: Sequ
 
 def _tie_text(cuts: Sequence[TiedCut]) -> str:
     """Why a verdict waits on rates the search never trained, and the budget that decides it."""
-    others = f" ({len(cuts) - 1} more such cuts)" if len(cuts) > 1 else ""
+    others = f" ({counted(len(cuts) - 1, 'more such cut')})" if len(cuts) > 1 else ""
     runs = len({h for cut in cuts for h in cut.hashes})
     budgets = "/".join(str(b) for b in sorted({cut.budget for cut in cuts}))
     return (f"{cuts[0].text()}{others}: the best configuration may be one the search never trained to its "
-            f"budget, so the verdict waits on those rates trained in full ({runs} runs of {budgets} steps; "
+            f"budget, so the verdict waits on those rates trained in full ({counted(runs, 'run')} of {budgets} steps; "
             "`--settle-ties`)")
 
 

@@ -111,7 +111,7 @@ def gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
         reasons.append(f"{counted(len(slot.failed), 'run')} failed or diverged ({slot.failed[0].status}: "
                        f"{slot.failed[0].error or 'no reason stored'})")
     if len(point.values) < min_seeds:
-        reasons.append(f"{point.label}: {len(point.values)} trained seeds, the rule needs {min_seeds}")
+        reasons.append(f"{point.label}: {counted(len(point.values), 'trained seed')}, the rule needs {min_seeds}")
     return reasons
 
 

@@ -7,6 +7,7 @@ from typing import Sequence
 from sepbench.claims.catalogue import Claim, Compare, Level, LogGrowth
 from sepbench.claims.verdicts import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Outcome, Point, combine,
                                       compare_verdict, level_verdict)
+from sepbench.wording import counted
 
 Series = dict[str, dict[float, list[float]]]
 """label -> x -> one value per seed (or per repetition)."""
@@ -37,7 +38,7 @@ def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") 
                                     else f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
-                outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {len(p.values)} values, the rule needs "
+                outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {counted(len(p.values), 'value')}, the rule needs "
                                     f"{claim.min_seeds}" for p in short]
                 verdicts.append(INCONCLUSIVE)
             elif isinstance(condition, Compare):

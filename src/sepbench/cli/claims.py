@@ -232,7 +232,7 @@ def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: b
                 source.backup(copy)
         db = Store(scratch)
     missing = shipped.load(claims, scale, evidence_dir, db, keep_stored=True)
-    say(f"resumed from the shipped evidence of {len(claims) - len(missing)} of {len(claims)} claims in "
+    say(f"resumed from the shipped evidence of {len(claims) - len(missing)} of {counted(len(claims), 'claim')} in "
         f"{evidence_dir / scale}")
     return db
 
@@ -244,10 +244,10 @@ def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]
     from sepbench.claims.tables import beside_rows
 
     judged = judge_shipped(claims, scale, evidence_dir, store)
-    not_run = sum(c.at(scale).not_run is not None for c in claims)
-    unrun = f", {not_run} not run at the {scale} scale" if not_run else ""
-    say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained): "
-        f"evidence for {len(claims) - len(judged.missing)} of {counted(len(claims), 'claim')}{unrun}")
+    run_here = sum(c.at(scale).not_run is None for c in claims)
+    unrun = f"; {len(claims) - run_here} not run there" if run_here < len(claims) else ""
+    say(f"judged from the shipped evidence in {evidence_dir / scale} (nothing trained): evidence for "
+        f"{run_here - len(judged.missing)} of the {counted(run_here, 'claim')} run at the {scale} scale{unrun}")
     _print_verdicts(judged.verdicts, scale, {})
     if judged.mine is not None:
         table = Table(title=f"shipped evidence beside {store}")
@@ -280,7 +280,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
         if not dry_run:
             db.check_writable()
             require_devices(cfg.device for configs in added.values() for cfg in configs)
-    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {todo} runs of "
+    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {counted(todo, 'run')} of "
               f"{model} to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
@@ -290,7 +290,7 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
             placements = place_all(sweeps, scale, db, model, overrides, workers=workers, on_result=progress.advance,
                                    reuse=reuse, group_size=group_size)
     except SweepInterrupted as stop:
-        interrupted(f"{stop.finished} runs finished", db, started)
+        interrupted(f"{counted(stop.finished, 'run')} finished", db, started)
     for placement in placements:
         _print_placement(placement, scale)
 
@@ -311,11 +311,11 @@ def _print_placement(placement, scale: str) -> None:
     say(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
         f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.")
     if placement.catalogue_missing:
-        warn(f"note: {placement.catalogue_missing} runs of the catalogue's models for {claim.id} are not in the "
+        warn(f"note: {counted(placement.catalogue_missing, 'run')} of the catalogue's models for {claim.id} are not in the "
              f"store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
              "trains them)")
     if placement.added_missing:
-        warn(f"note: {placement.added_missing} runs of {placement.model} are not in the store")
+        warn(f"note: {counted(placement.added_missing, 'run')} of {placement.model} are not in the store")
 
 
 def _print_catalogue(claims, scale: str) -> None:
@@ -327,7 +327,7 @@ def _print_catalogue(claims, scale: str) -> None:
         elif not_run is not None:
             runs = f"not run at the {scale} scale"
         else:
-            runs = f"{len(claim.configs(scale))} {scale} runs"
+            runs = counted(len(claim.configs(scale)), f"{scale} run")
         beyond = f" [exploratory, outside the tally: {claim.exploratory_reason}]" if claim.exploratory else ""
         say(f"[bold]{claim.id}[/bold]  {claim.paper}, {claim.where}; {runs}")
         out.print(f"  claim: {claim.text}{beyond}", highlight=False, soft_wrap=True, markup=False)
@@ -358,7 +358,7 @@ def _print_plan(plans, db, workers: int, scale: str) -> None:
     for cfg in planned.configs:
         say(f"{cfg.config_hash()}  task={cfg.task.name} N={cfg.task.length} model={cfg.model.name}-"
             f"({cfg.model.layers}, {cfg.model.width}) lr={cfg.train.lr:g} seed={cfg.seed} steps={cfg.train.steps}")
-    say(f"{len(planned.configs)} runs to train: {planned.total.text(workers)}")
+    say(f"{counted(len(planned.configs), 'run')} to train: {planned.total.text(workers)}")
     say(f"core-hours (one run on one core, every step, no early stop; runs shared by claims counted once in the "
         f"total): {planned.total.seconds / 3600:.2f} in all; per claim at most {planned.most_per_claim / 3600:.2f}")
     targets = planned.against_targets(scale)
@@ -397,7 +397,7 @@ def _print_verdicts(verdicts, scale: str, overrides: dict) -> None:
     say(tally(verdicts))
     from sepbench.claims.verdicts import SEARCH_TIE
 
-    tied = [v.claim.id for v in verdicts if SEARCH_TIE in v.label]
+    tied = [v.claim.id for v in verdicts if any(SEARCH_TIE in r for o in v.outcomes for r in o.reasons)]
     if tied:
         say(f"{', '.join(tied)}: {SEARCH_TIE} rates it could not rank; `sepbench reproduce --claim ID --scale "
             f"{scale} --settle-ties` trains them in full (with --dry-run: what that costs)")

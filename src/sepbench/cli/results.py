@@ -87,8 +87,8 @@ def results(
     with bad_input_exits():
         write_frame(frame, output.value, out_file)
     if out_file is not None:
-        unit = "runs" if by_seed else f"cells ({counted(len(runs), 'run')})"
-        warn(f"wrote {len(frame)} {unit} to {out_file}")
+        unit = counted(len(frame), "run") if by_seed else f"{counted(len(frame), 'cell')} ({counted(len(runs), 'run')})"
+        warn(f"wrote {unit} to {out_file}")
 
 
 def _print_running(frame, path: Path) -> None:
@@ -154,7 +154,7 @@ def _print_results(frame, runs, by_seed: bool, threshold: float | None, path: Pa
     if by_seed:
         summary = f"{counted(len(frame), 'run')} in {path}"
     else:
-        line = f"{threshold:g}" if threshold is not None else "the cell's train.threshold"
+        line = f"{threshold:g}" if threshold is not None else "the cell's own train.threshold"
         summary = (f"{counted(len(frame), 'cell')} ({counted(len(runs), 'run')}) in {path}; solved = k/m trained seeds with final accuracy "
                    f">= {line}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
                    "--by-seed for one row per run")

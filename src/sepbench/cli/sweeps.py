@@ -84,11 +84,11 @@ def sweep(
         say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
             f"stored in {outcome.seconds:.1f} s, {len(outcome.with_status('pruned'))} pruned, "
             f"{len(outcome.with_status('failed', 'diverged'))} failed or diverged, {outcome.steps} steps trained of "
-            f"{outcome.planned.full_steps} a full grid would take at most; {len(db)} runs in {db.path}")
+            f"{outcome.planned.full_steps} a full grid would take at most; {counted(len(db), 'run')} in {db.path}")
     else:
         say(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
             f"{len(outcome.with_status('failed'))} failed, {len(outcome.with_status('diverged'))} diverged; "
-            f"{len(db)} runs in {db.path}")
+            f"{counted(len(db), 'run')} in {db.path}")
     exit_on_failures(outcome.failed, "sweep")
 
 
@@ -98,13 +98,13 @@ def _say_plan(planned: SpecPlan, db: Store, backend: SweepBackend, workers: int)
     how = f", groups of up to {planned.group_size}" if planned.group_size > 1 else ""
     if planned.halving:
         how = ", by successive halving: the worse learning rates stop early"
-    say(f"sweep '{planned.spec.name}': {len(planned.configs)} runs, {todo.reused} already in {db.path}, "
-        f"{len(todo.todo)} to train ({backend.value}, {workers} workers{how})")
+    say(f"sweep '{planned.spec.name}': {counted(len(planned.configs), 'run')}, {todo.reused} already in {db.path}, "
+        f"{len(todo.todo)} to train ({backend.value}, {counted(workers, 'worker')}{how})")
     if todo.stale_kept:
-        warn(f"note: {todo.stale_kept} stored runs came from other code than this one; they are reused "
+        warn(f"note: {counted(todo.stale_kept, 'stored run')} came from other code than this one; they are reused "
              "(--retrain-stale trains them again)")
     if todo.failed_kept:
-        warn(f"note: {len(todo.failed_kept)} stored runs are failed and are not retried "
+        warn(f"note: {counted(len(todo.failed_kept), 'stored run')} failed and not retried "
              "(--retry-failed trains them again)")
 
 
@@ -194,11 +194,11 @@ def minwidth(
         interrupted(f"{counted(stop.finished, 'run')} finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))
     depth = counted(cfg.model.layers, "layer")
-    tuned = f"; best of {len(grid_lrs)} lrs ({lr_search.value})" if grid_lrs else ""
+    tuned = f"; best of {counted(len(grid_lrs), 'lr')} ({lr_search.value})" if grid_lrs else ""
     shown = rule.for_cell(cfg.train.threshold)
     _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {shown}{tuned}", grid_widths,
                   resamples)
-    say(f"trained {search.trained} new runs ({search.steps} steps); {len(db)} runs in {db.path}")
+    say(f"trained {counted(search.trained, 'new run')} ({search.steps} steps); {counted(len(db), 'run')} in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
                       for w, reason in widths_.items() if reason.startswith("failed")}, "width search", "width")
 

@@ -143,9 +143,10 @@ def _runs_html(table: pd.DataFrame) -> str:
 
 def build_page(sections: list[tuple[str, list[DrawnFigure], list[str]]], flops: pd.DataFrame, runs: int,
                source: str, rule: str, flops_rule: str, not_trained: pd.DataFrame | None = None,
-               note: str | None = None) -> str:
-    """The page; ``rule`` and ``flops_rule``: the solved rules in words (``SolvedRule.text_for``)."""
-    flops_text = ("The minimum-FLOPs table uses the same rule." if flops_rule == rule else
+               note: str | None = None, same_rule: bool = False) -> str:
+    """The page; ``rule`` and ``flops_rule``: the solved rules in words (``SolvedRule.text_for``); ``same_rule``:
+    the minimum-FLOPs table judges the cells as the figures do."""
+    flops_text = ("The minimum-FLOPs table uses the same rule." if same_rule else
                   f"The minimum-FLOPs table alone uses {html.escape(flops_rule)} (Yang et al. 2024, Table 2, "
                   "use 90% accuracy).")
     parts = [f"<h1>sepbench report</h1><p>{counted(runs, 'run')} from <code>{html.escape(source)}</code>, written "
@@ -199,7 +200,7 @@ def write_report(results: Sequence[RunResult], out_dir: str | Path, source: str 
     flops = flops_table(results, flops_rule)
     not_trained = not_trained_table(results, rule)
     page = build_page(sections, flops, len(results), source, rule.text_for(results), flops_rule.text_for(results),
-                      not_trained, note)
+                      not_trained, note, same_rule=flops_rule.judges_like(rule, results))
 
     (out / "figures").mkdir(parents=True, exist_ok=True)
     outcome = ReportOutcome(page=out / "index.html", runs=len(results))

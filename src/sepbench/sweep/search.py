@@ -53,9 +53,23 @@ class SolvedRule:
             raise ValueError("a rule at each cell's own threshold judges a cell only through for_cell")
         return self.threshold
 
+    def levels(self, results: Sequence[RunResult]) -> set[float]:
+        """The thresholds the rule judges the trained runs of ``results`` at."""
+        if self.threshold is not None:
+            return {self.threshold}
+        return {r.config.train.threshold for r in results if r.status in TRAINED}
+
+    def judges_like(self, other: SolvedRule, results: Sequence[RunResult]) -> bool:
+        """Whether the two rules judge every cell of ``results`` alike."""
+        if (self.k, self.m) != (other.k, other.m):
+            return False
+        if self.threshold is None and other.threshold is None:
+            return True
+        return self.levels(results) == other.levels(results)
+
     def text_for(self, results: Sequence[RunResult]) -> str:
-        """The rule in words; at each cell's own threshold, with the thresholds ``results`` have."""
-        levels = sorted({r.config.train.threshold for r in results})
+        """The rule in words; at each cell's own threshold, with the thresholds the trained runs have."""
+        levels = sorted(self.levels(results))
         if self.threshold is not None or not levels:
             return str(self)
         return f"{self} ({'here ' if len(levels) > 1 else ''}{', '.join(f'{t:g}' for t in levels)})"
@@ -86,7 +100,7 @@ def _failure(group: pd.DataFrame) -> str:
     return ", ".join(f"{n} {s}" for s, n in group.status.value_counts().items()) + (f" ({errors[0]})" if errors else "")
 
 
-def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
+def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None)) -> pd.DataFrame:
     """Per cell: the best learning rate (highest mean accuracy over seeds) and the median over learning rates.
 
     Both are kept, since a best-of over a tuning grid flatters a model that the median does not. Only runs that
@@ -365,7 +379,7 @@ def _min_width_row(widths: pd.DataFrame) -> dict[str, Any]:
             "reason": f"at most {smallest}: width {int(nearest.width)} {nearest.verdict}{detail}"}
 
 
-def min_width_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
+def min_width_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None)) -> pd.DataFrame:
     """From stored runs alone: per (task, model, layers, length), the smallest width whose best-lr cell solves.
 
     ``exact`` holds when the next smaller stored width is decided unsolved; otherwise the true smallest width may
@@ -415,7 +429,7 @@ def estimate_paper_flops(config: RunConfig) -> float:
     return paper_flops(config.model.name, config.model.width, config.model.layers, config.task.length)
 
 
-def min_flops_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule()) -> pd.DataFrame:
+def min_flops_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None)) -> pd.DataFrame:
     """Per (task, model, length): the fewest forward FLOPs among solving cells (Yang et al. 2024, Table 2)."""
     cells = select_lr(results, rule)
     by_cell = {cell_key(r.config): r.config for r in results}
