@@ -157,7 +157,7 @@ def test_cli_sweep_takes_a_group_size(tmp_path):
     runner = CliRunner()
     done = runner.invoke(app, ["sweep", str(spec), "--group-size", "4", "--store", str(store)])
     assert done.exit_code == 0, done.output
-    assert "6 to train (local, 1 workers, groups of up to 4)" in done.output and "6 trained" in done.output
+    assert "6 to train (local, 1 worker, groups of up to 4)" in done.output and "6 trained" in done.output
     assert len(Store(store)) == 6
     refused = runner.invoke(app, ["sweep", str(spec), "--group-size", "0", "--store", str(store)])
     assert refused.exit_code == 2
