@@ -289,7 +289,8 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
         short = [r for r in slow_slot.results if r.status == "completed" and r.steps < horizon]
         reasons = [f"N={n}: {r}" for r in gaps(slow_slot, min_seeds, slow)]
         if short:
-            reasons.append(f"N={n}: {counted(len(short), 'run')} of {slow.label} stopped at {min(r.steps for r in short)} "
+            reasons.append(f"N={n}: {counted(len(short), 'run')} of {slow.label} stopped at "
+                           f"{min(r.steps for r in short)} "
                            f"steps, before {condition.k:g} x T = {horizon:.0f}")
         if reasons:
             outcome.reasons += reasons

@@ -38,7 +38,8 @@ def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") 
                                     else f"{_x_text(x, swept)}: " + " vs ".join(p.text() for p in points))
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
-                outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {counted(len(p.values), 'value')}, the rule needs "
+                outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {counted(len(p.values), 'value')}, "
+                                    f"the rule needs "
                                     f"{claim.min_seeds}" for p in short]
                 verdicts.append(INCONCLUSIVE)
             elif isinstance(condition, Compare):

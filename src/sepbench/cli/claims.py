@@ -131,7 +131,8 @@ def reproduce(
         _print_plan(plans, db, workers, scale.value)
         return
     todo = sum(len(p.todo) for p in plans)
-    say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {counted(todo, 'run')} to train in {db.path}")
+    say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {counted(todo, 'run')} to train in "
+        f"{db.path}")
     try:
         with SweepProgress("reproduce", todo, err) as progress:
             advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
@@ -280,8 +281,9 @@ def _place_model(claims, model: str, scale: str, db, overrides: dict, workers: i
         if not dry_run:
             db.check_writable()
             require_devices(cfg.device for configs in added.values() for cfg in configs)
-    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, {counted(todo, 'run')} of "
-              f"{model} to train in {shown}; the catalogue's models are not trained, their stored runs are shown",
+    out.print(f"reproduce --with-model {model}: {counted(len(sweeps), 'claim')} at the {scale} scale, "
+              f"{counted(todo, 'run')} of {model} to train in {shown}; the catalogue's models are not trained, their "
+              "stored runs are shown",
               highlight=False, soft_wrap=True, markup=False)
     if dry_run:
         return
@@ -311,8 +313,8 @@ def _print_placement(placement, scale: str) -> None:
     say(f"accuracy: mean over the seeds of the best learning rate; cell: solved when >= {rule.threshold:g} "
         f"in {rule.k} of {rule.m} seeds there. A placement, not a verdict on the claim.")
     if placement.catalogue_missing:
-        warn(f"note: {counted(placement.catalogue_missing, 'run')} of the catalogue's models for {claim.id} are not in the "
-             f"store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
+        warn(f"note: {counted(placement.catalogue_missing, 'run')} of the catalogue's models for {claim.id} are not "
+             f"in the store and are left out (`sepbench reproduce --claim {claim.id}` with the same --scale and --set "
              "trains them)")
     if placement.added_missing:
         warn(f"note: {counted(placement.added_missing, 'run')} of {placement.model} are not in the store")

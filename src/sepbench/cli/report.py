@@ -42,5 +42,6 @@ def report(
     warn_unreadable(db)
     outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
                            random_networks=random_networks)
-    say(f"report of {counted(outcome.runs, 'run')}: {counted(len(outcome.figures), 'figure')} ({', '.join(outcome.figures) or 'none'})")
+    figures = ", ".join(outcome.figures) or "none"
+    say(f"report of {counted(outcome.runs, 'run')}: {counted(len(outcome.figures), 'figure')} ({figures})")
     say(f"open {outcome.page.resolve()}")

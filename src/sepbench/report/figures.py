@@ -238,7 +238,8 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
         figures.append(Figure(f"min_width_{task}", f"Smallest solving width against length: {task}",
                               "Bhattamishra et al. 2024, Fig. 3 and Thms. 3, 5 (size against N)",
                               f"Smallest width whose best learning rate is solved "
-                              f"({rule.text_for([r for r in results if r.config.task.name == task])}). Filled circles: exact (the "
+                              f"({rule.text_for([r for r in results if r.config.task.name == task])}). "
+                              "Filled circles: exact (the "
                               "next smaller stored width is unsolved); open downward triangles: at most this width "
                               "(no smaller width tried, or it is undecided or failed); open upward triangles: no "
                               f"stored width solves. Lines: width ~ c N^alpha fitted to the exact widths when at least "

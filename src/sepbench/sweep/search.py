@@ -61,11 +61,7 @@ class SolvedRule:
 
     def judges_like(self, other: SolvedRule, results: Sequence[RunResult]) -> bool:
         """Whether the two rules judge every cell of ``results`` alike."""
-        if (self.k, self.m) != (other.k, other.m):
-            return False
-        if self.threshold is None and other.threshold is None:
-            return True
-        return self.levels(results) == other.levels(results)
+        return (self.k, self.m) == (other.k, other.m) and self.levels(results) == other.levels(results)
 
     def text_for(self, results: Sequence[RunResult]) -> str:
         """The rule in words; at each cell's own threshold, with the thresholds the trained runs have."""
