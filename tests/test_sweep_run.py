@@ -15,6 +15,7 @@ import pytest
 from sepbench import RunConfig, Store
 from sepbench.sweep import SweepSpec, run_sweep
 from sepbench.train import RunResult
+from sepbench.wording import counted
 
 SPEC = Path(__file__).parent / "data" / "sweep_quick.yaml"
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
@@ -258,7 +259,7 @@ def test_ctrl_c_stops_minwidth_and_its_warm_workers(tmp_path):
     assert stop.code == 130 and stop.seconds < 6 and not stop.survivors, (stop, stop.stderr[-2000:])
     assert "Traceback" not in stop.stderr
     stored = _stored(path)
-    assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+    assert f"interrupted: {counted(len(stored), 'run')} finished and stored in {path}" in " ".join(stop.stderr.split())
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
 
 
@@ -363,7 +364,7 @@ def test_ctrl_c_stops_reproduce_and_keeps_its_finished_runs(tmp_path):
     assert stop.code == 130 and not stop.survivors, (stop, stop.stderr[-2000:])
     assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
     stored = _stored(path)
-    assert f"interrupted: {len(stored)} runs finished and stored in {path}" in " ".join(stop.stderr.split())
+    assert f"interrupted: {counted(len(stored), 'run')} finished and stored in {path}" in " ".join(stop.stderr.split())
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
     assert not (tmp_path / "report").exists()
 
