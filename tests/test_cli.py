@@ -107,6 +107,9 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (WIDTH_SEARCH + ["--lrs", "0.01,,0.001"], "--lrs expects comma-separated positive numbers, got '0.01,,0.001'"),
     (WIDTH_SEARCH + ["--lrs", "0.01,nan"], "--lrs expects comma-separated positive numbers"),
     (WIDTH_SEARCH + ["--lrs", "1e-3,0.001"], "--lrs names 0.001 more than once; each rate is tried once"),
+    (WIDTH_SEARCH + ["--threshold", "0.995"], "--threshold 0.995 is above the runs' train.threshold 0.99"),
+    (WIDTH_SEARCH + ["--threshold", "0.95", "--set", "train.threshold=0.9"],
+     "--threshold <= 0.9, --set train.threshold=0.95 or"),
     (["construct", "index_lookup", "--length", "16", "--samples", "-1"], "'--samples'"),
     (["construct", "index_lookup", "--length", "16", "--lengths", "8,32"], "give --length N or --lengths"),
     (["construct", "index_lookup", "--length", "16", "--find-min-width", "--code-width", "5"],
@@ -131,6 +134,15 @@ def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, 
     assert stop.value.code == 2 and printed.err.count("\n") == 1, printed
     assert fragment.format(tmp=tmp_path) in printed.err, printed.err
     assert not store_path.exists()
+
+
+def test_minwidth_takes_a_threshold_above_the_runs_own_when_they_do_not_stop_early(store_path):
+    asked = WIDTH_SEARCH + ["--threshold", "0.995", "--steps", "2", "--m", "1", "--k", "1"]
+    searched = runner.invoke(app, [*asked, "--set", "train.early_stop=false", "--set", "train.eval_samples=16",
+                                   "--set", "train.eval_every=2"])
+    assert searched.exit_code == 0, searched.output
+    assert "solved = accuracy >= 0.995 in >= 1 of 1 seeds" in " ".join(searched.stdout.split()), searched.stdout
+    assert len(Store(store_path)) == 1
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")

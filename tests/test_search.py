@@ -247,8 +247,8 @@ def test_a_width_whose_runs_did_not_train_is_left_open_not_unsolved(tmp_path, st
 
 
 def test_minwidth_judges_the_runs_it_trains_at_their_own_threshold(tmp_path):
-    """Runs stopped early at train.threshold 0.9 (as the Yang presets' are) solve at 0.9 unless --threshold asks
-    more: a fixed 0.99 would leave every width unsolved."""
+    """Runs stopped early at train.threshold 0.9 (as the Yang presets' are) solve at 0.9; a fixed 0.99 would leave
+    every width unsolved, and a --threshold above 0.9 is refused for the same reason."""
     store = Store(tmp_path / "s.db")
     for w, acc in {8: 0.5, 16: 0.92, 32: 0.93}.items():
         for seed in range(3):
@@ -261,4 +261,5 @@ def test_minwidth_judges_the_runs_it_trains_at_their_own_threshold(tmp_path):
     assert "solved = accuracy >= 0.9 in >= 2 of 3 seeds" in own.stdout and "│       12 │             16 │" in own.stdout
     assert "trained 0 new runs" in own.stdout
     stricter = runner.invoke(app, args + ["--threshold", "0.99"], terminal_width=200)
-    assert "solved = accuracy >= 0.99 in >= 2 of 3 seeds" in stricter.stdout and "│             16 │" not in stricter.stdout
+    assert stricter.exit_code == 2 and "above the runs' train.threshold 0.9, where they stop early" in stricter.stderr
+    assert len(store) == 9

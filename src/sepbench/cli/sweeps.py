@@ -15,7 +15,7 @@ from sepbench.cli.options import (
     base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
     retry_failed_option, store_option, tensorboard_option, use_folders,
 )
-from sepbench.config import ConfigError, RunConfig, apply_overrides
+from sepbench.config import ConfigError, RunConfig, TrainConfig, apply_overrides
 from sepbench.wording import counted
 
 if TYPE_CHECKING:
@@ -178,6 +178,8 @@ def minwidth(
                 flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
                          "device": device}
                 base = base_config(config, flags, assignments)
+                _require_reachable(threshold, RunConfig.build(apply_overrides(
+                    base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]})).train)
                 require_devices(RunConfig.build(apply_overrides(base, {"task.length": n, "model.width": w})).device
                                 for n in grid_lengths for w in grid_widths)
                 threads = default_threads()
@@ -201,6 +203,16 @@ def minwidth(
     say(f"trained {counted(search.trained, 'new run')} ({search.steps} steps); {counted(len(db), 'run')} in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
                       for w, reason in widths_.items() if reason.startswith("failed")}, "width search", "width")
+
+
+def _require_reachable(threshold: float | None, train: TrainConfig) -> None:
+    """Refuse a --threshold above the level the runs stop early at: their last accuracy rarely passes it, so every
+    width would read unsolved for a reason of the runs' own settings, not of the model."""
+    if threshold is None or threshold <= train.threshold or not train.early_stop:
+        return
+    raise ConfigError(f"--threshold {threshold:g} is above the runs' train.threshold {train.threshold:g}, where they "
+                      f"stop early; give --threshold <= {train.threshold:g}, --set train.threshold={threshold:g} "
+                      "or --set train.early_stop=false")
 
 
 def _print_search(search, title: str, grid_widths: list[int], resamples: int) -> None:
