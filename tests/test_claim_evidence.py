@@ -270,3 +270,30 @@ def test_write_evidence_ships_each_run_as_it_finishes_so_a_killed_reproduce_lose
     assert isinstance(killed.exception, MemoryError)
     assert shipped_at_each[0] == [first.config_hash()]
     assert sorted(shipped_at_each[1]) == sorted([first.config_hash(), second.config_hash()])
+
+
+def test_writing_evidence_says_how_many_runs_of_the_file_before_it_leaves_out(tmp_path, monkeypatch):
+    from sepbench.claims import reproduce as reproducing
+
+    (claim,) = select(None, CLAIM)
+    root = tmp_path / "evidence"
+    full = _store(tmp_path / "full.db", 0.99)
+    evidence.write(claim, "quick", full, root)
+    assert evidence.runs_dropped(claim, "quick", full, root) == 0
+    assert evidence.runs_dropped(claim, "quick", full, root, {"train.steps": 7}) == 24  # a changed spec
+    first = claim.configs("quick")[0]
+
+    def one_run_in_a_new_store(claims, scale, db, *args, on_result, **kwargs):
+        result = full.get(first.config_hash())
+        db.put(result)
+        on_result(result)
+        return []
+
+    monkeypatch.setattr(reproducing, "judge_all", one_run_in_a_new_store)
+    store = tmp_path / "new.db"
+    written = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(store), "--write-evidence",
+                                  "--evidence-dir", str(root)], terminal_width=300)
+    said = " ".join(written.stderr.split())
+    assert f"evidence of {CLAIM}: 23 runs of the file before left out, not runs of the claim's current spec or " \
+           f"not in {store} (--resume-evidence keeps the shipped ones)" in said, written.output
+    assert said.count("left out") == 1 and len(evidence.path_for(root, "quick", CLAIM).read_text().splitlines()) == 1

@@ -73,6 +73,22 @@ def write(claim: Claim, scale: str, store: Store, root: Path,
     return path, len(lines)
 
 
+def runs_dropped(claim: Claim, scale: str, store: Store, root: Path, overrides: dict[str, Any] | None = None) -> int:
+    """How many runs of the claim's evidence file under ``root`` a ``write`` from ``store`` would leave out: runs
+    the claim's current spec no longer names, or that ``store`` does not hold."""
+    path = path_for(root, scale, claim.id)
+    if claim.kind == "theory" or not path.is_file():
+        return 0
+    kept = {record["run"]["config_hash"] for record in records(claim, scale, store, overrides)}
+    shipped = set()
+    for line in path.read_text().splitlines():
+        try:
+            shipped.add(json.loads(line)["run"]["config_hash"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return len(shipped - kept)
+
+
 def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_stored: bool = False) -> list[str]:
     """Put every shipped record of ``claims`` at ``scale`` into ``store`` (runs) and its theory cache (checks);
     with ``keep_stored``, what the store already holds stays, except a failed or pruned run where the shipped one
