@@ -229,6 +229,29 @@ def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path,
         assert any("seeds straddle 0.95 (0.8000 to 0.9900)" in r for r in deep.reasons), deep.reasons
 
 
+@pytest.mark.parametrize("wide, narrow, verdict", [(("solved", 0.905), 0.874, INCONCLUSIVE),
+                                                   (("completed", 0.905), 0.874, NOT_REPRODUCED),
+                                                   (("solved", 0.95), 0.6, REPRODUCED)])
+def test_a_side_that_stopped_early_short_of_the_line_leaves_the_verdict_open(tmp_path, wide, narrow, verdict):
+    """yang-lis-sparse-rising's runs stop at 0.9: a wide width stopped there cannot show the 0.1 it must gain on a
+    narrow one at 0.874, where one that trained its whole budget and ended there does."""
+    def make(cfg):
+        if cfg.model.width == 32:
+            return _run(cfg, [(s, narrow, 0.3) for s in STEPS])
+        status, reached = wide
+        return _run(cfg, [(s, reached if s == STEPS[-1] or status == "completed" else 0.7, 0.2) for s in STEPS],
+                    status=status)
+
+    claim, (rising,) = _evaluate(tmp_path, "yang-lis-sparse-rising", make)
+    assert rising.verdict == verdict, rising.reasons
+    stopped = [r for r in rising.reasons if "stopped early at train.threshold 0.9, short of the line 0.974" in r]
+    assert len(stopped) == (2 if verdict == INCONCLUSIVE else 0), rising.reasons
+    if verdict == INCONCLUSIVE:
+        assert stopped[0].startswith("N=6: 3 seeds of ") and "(train them with a higher train.threshold)" in stopped[0]
+        label = ClaimVerdict(claim, "quick", INCONCLUSIVE, [rising]).label
+        assert label == "inconclusive: seeds stopped early at their train.threshold, short of the line"
+
+
 @pytest.mark.parametrize("sparse_seeds, verdict", [((0.95, 0.92, 0.5), REPRODUCED), ((0.95, 0.5, 0.5), NOT_REPRODUCED)])
 def test_a_level_with_seeds_needed_asks_k_of_the_seeds_of_its_worst_member(tmp_path, sparse_seeds, verdict):
     """Yang's "solved" (2 of 3 seeds at 0.9). Linear, at 0.91 on two seeds and 0 on the third, has the lowest

@@ -41,12 +41,15 @@ Rules, the same for every claim:
   So does a side whose rise could change a ``compare`` or ``level`` verdict when the learning-rate search cut one of
   its rates on a tie (``sepbench.claims.ties``: within the evaluations' noise of a rate it kept, as every rate is
   while none has learned): its best configuration may be one never trained to the budget.
+  So does a side that stopped early at its train.threshold short of the line the verdict turns on, when with its
+  stopped seeds at 1.0 the verdict would change: where they stopped is not where they would have ended.
   A claim is reproduced when every condition is, not reproduced when any condition is, and inconclusive
   otherwise.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
@@ -54,8 +57,8 @@ from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, G
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
 from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
-from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, Outcome, Point,
-                                      combine, compare_verdict, level_verdict)
+from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, STOPPED_EARLY,
+                                      Outcome, Point, combine, compare_verdict, level_verdict)
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
 from sepbench.config import RunConfig
 from sepbench.train.result import RunResult
@@ -93,13 +96,11 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
         if isinstance(condition, Compare) and _both_reach(condition, points):
             outcome.evidence[-1] += f" (outside the claim: both reach {condition.outside_if_both_reach:g})"
             continue
-        if isinstance(condition, Compare):
-            verdict = compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
-        else:
-            verdict = level_verdict(points[0].values, condition.threshold, condition.direction, condition.seeds_needed)
+        verdict = _verdict(condition, points)
         learning = _still_learning_reason(condition, points, searched, picks) if verdict != REPRODUCED else None
         if verdict != NOT_REPRODUCED and not learning:
             learning = _staying_side_learning_reason(condition, points, searched, picks)
+        learning = learning or _stopped_early_reason(condition, points, verdict)
         cuts = _deciding_tied_cuts(condition, verdict, searched, points, picks)
         outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
         tie = _tie_text(cuts) if cuts else None
@@ -116,6 +117,35 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
                                "every length is outside the claim: both sides reach "
                                f"{condition.outside_if_both_reach:g} there")
     return outcome
+
+
+def _verdict(condition: Compare | Level, points: Sequence[Point]) -> str:
+    if isinstance(condition, Compare):
+        return compare_verdict(points[0].values, points[1].values, condition.margin, condition.direction)
+    return level_verdict(points[0].values, condition.threshold, condition.direction, condition.seeds_needed)
+
+
+def _stopped_early_reason(condition: Compare | Level, points: Sequence[Point], verdict: str) -> str | None:
+    """Why a verdict is not the runs' to give: seeds of the side it turns on (the side that had to rise, for "not
+    reproduced"; that had to stay below, for "reproduced") stopped early at their train.threshold, so their accuracy
+    is where they stopped, not where they would have ended, and at 1.0 the verdict would change (None otherwise)."""
+    if verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return None
+    found = _side_and_line(condition, points, rising=verdict == NOT_REPRODUCED)
+    if found is None:
+        return None
+    side, line = found
+    point = points[side]
+    stopped = [i for i, (run, value) in enumerate(zip(point.runs, point.values))
+               if run.status == "solved" and run.config.train.early_stop and value < 1.0]
+    lifted = [replace(p, values=[1.0 if k == side and i in stopped else v for i, v in enumerate(p.values)])
+              for k, p in enumerate(points)]
+    if not stopped or _verdict(condition, lifted) == verdict:
+        return None
+    levels = ", ".join(sorted({f"{point.runs[i].config.train.threshold:g}" for i in stopped}))
+    return (f"{counted(len(stopped), 'seed')} of {point.label} {STOPPED_EARLY} train.threshold {levels}, short of "
+            f"the line {line:.3g} the verdict turns on: where they stopped is not where they would have ended "
+            f"(train them with a higher train.threshold)")
 
 
 def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], float] | None:

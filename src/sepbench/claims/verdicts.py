@@ -21,6 +21,7 @@ SEARCH_TIE = "the rate search cut"
 NO_EVIDENCE = "no evidence shipped"
 TOO_FEW_EVALUATIONS = "too few evaluations to tell"
 RUNS_MISSING = "missing (no result to judge)"
+STOPPED_EARLY = "stopped early at"
 INF = math.inf
 
 
@@ -111,6 +112,8 @@ class ClaimVerdict:
             return f"{INCONCLUSIVE}: {SEARCH_TIE} rates it could not rank"
         if any(TOO_FEW_EVALUATIONS in reason for o in self.outcomes for reason in o.reasons):
             return f"{INCONCLUSIVE}: {TOO_FEW_EVALUATIONS} whether the runs stopped learning"
+        if any(STOPPED_EARLY in reason for reason in reasons):
+            return f"{INCONCLUSIVE}: seeds {STOPPED_EARLY} their train.threshold, short of the line"
         if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
             return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, their curves flat"
         return self.verdict
