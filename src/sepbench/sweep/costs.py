@@ -12,6 +12,7 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.train.environment import code_version, default_threads, resolve_device
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 TIMED_STEPS = 4
 """Training steps timed per shape, after one untimed step (the first pays for allocations)."""
@@ -60,7 +61,7 @@ class Estimate:
         how = [f"{count} from {words[source]}" for source, count in self.sources.items() if count]
         if self.searched:
             how.append(f"{self.searched} of a successive-halving search, at the steps it plans")
-        return (f"about {duration(self.seconds / max(workers, 1))} on {workers} worker(s) at most "
+        return (f"about {duration(self.seconds / max(workers, 1))} on {counted(workers, 'worker')} at most "
                 f"({'; '.join(how) or 'nothing to train'}; runs that stop early take less)")
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sepbench.config import ConfigError
+from sepbench.wording import counted
 
 
 def resolve_device(name: str) -> torch.device:
@@ -25,7 +26,7 @@ def resolve_device(name: str) -> torch.device:
         raise ValueError(f"device '{name}' requested but CUDA is not available; allowed here: auto, cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         count = torch.cuda.device_count()
-        raise ValueError(f"device '{name}' does not exist: this machine has {count} CUDA device(s); allowed here: "
+        raise ValueError(f"device '{name}' does not exist: this machine has {counted(count, 'CUDA device')}; allowed here: "
                          f"auto, cpu, cuda, cuda:0 to cuda:{count - 1}")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device '{name}' requested but MPS is not available; allowed here: auto, cpu")
