@@ -138,9 +138,11 @@ def _stopped_early_reason(condition: Compare | Level, points: Sequence[Point], v
     point = points[side]
     stopped = [i for i, (run, value) in enumerate(zip(point.runs, point.values))
                if run.status == "solved" and run.config.train.early_stop and value < 1.0]
+    if not stopped:
+        return None
     lifted = [replace(p, values=[1.0 if k == side and i in stopped else v for i, v in enumerate(p.values)])
               for k, p in enumerate(points)]
-    if not stopped or _verdict(condition, lifted) == verdict:
+    if _verdict(condition, lifted) == verdict:
         return None
     levels = ", ".join(sorted({f"{point.runs[i].config.train.threshold:g}" for i in stopped}))
     return (f"{counted(len(stopped), 'seed')} of {point.label} {STOPPED_EARLY} train.threshold {levels}, short of "
