@@ -17,11 +17,11 @@ runner = CliRunner()
 CLAIM = "mamba-wide-vs-transformer"
 
 
-def _store(path, transformer_accuracy: float) -> Store:
+def _store(path, transformer_accuracy: float, overrides=None) -> Store:
     """The claim's quick runs, stored with a flat curve each: TF-(1, 64) at ``transformer_accuracy``, Mamba 0.3."""
     (claim,) = select(None, CLAIM)
     store = Store(path)
-    for cfg in claim.configs("quick"):
+    for cfg in claim.configs("quick", overrides):
         acc = transformer_accuracy if cfg.model.name == "transformer" else 0.3
         curve = [EvalPoint(step=cfg.train.steps * k // 3, loss=1.0 - acc, accuracy=acc, seconds=1.0) for k in (1, 2, 3)]
         store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", metrics={"accuracy": acc},
@@ -31,7 +31,7 @@ def _store(path, transformer_accuracy: float) -> Store:
 
 def test_written_evidence_is_judged_again_without_training(tmp_path):
     (claim,) = select(None, CLAIM)
-    path, count = evidence.write(claim, "quick", _store(tmp_path / "ours.db", 0.99), tmp_path / "evidence")
+    path, count, _ = evidence.write(claim, "quick", _store(tmp_path / "ours.db", 0.99), tmp_path / "evidence")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert path == tmp_path / "evidence" / "quick" / f"{CLAIM}.jsonl" and count == len(lines) == 24
     assert {"config", "metrics", "curve", "code_version"} <= set(lines[0]["run"])
@@ -189,7 +189,7 @@ def test_a_path_option_leaves_a_runs_name_alone():
 
 def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_own(tmp_path):
     (claim,) = select(None, CLAIM)
-    path, _ = evidence.write(claim, "quick", _store(tmp_path / "shipped.db", 0.99), tmp_path / "evidence")
+    path = evidence.write(claim, "quick", _store(tmp_path / "shipped.db", 0.99), tmp_path / "evidence").path
     every_line = path.read_text().splitlines()
     dropped = claim.configs("quick")[:5]
 
@@ -278,9 +278,11 @@ def test_writing_evidence_says_how_many_runs_of_the_file_before_it_leaves_out(tm
     (claim,) = select(None, CLAIM)
     root = tmp_path / "evidence"
     full = _store(tmp_path / "full.db", 0.99)
+    assert evidence.write(claim, "quick", full, root).dropped == 0
+    assert evidence.write(claim, "quick", full, root).dropped == 0
+    changed = _store(tmp_path / "changed.db", 0.99, {"train.steps": 7})
+    assert evidence.write(claim, "quick", changed, root, {"train.steps": 7}).dropped == 24  # a changed spec
     evidence.write(claim, "quick", full, root)
-    assert evidence.runs_dropped(claim, "quick", full, root) == 0
-    assert evidence.runs_dropped(claim, "quick", full, root, {"train.steps": 7}) == 24  # a changed spec
     first = claim.configs("quick")[0]
 
     def one_run_in_a_new_store(claims, scale, db, *args, on_result, **kwargs):

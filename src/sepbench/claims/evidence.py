@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from pydantic import ValidationError
 
@@ -58,35 +58,38 @@ def records(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | 
     return found
 
 
-def write(claim: Claim, scale: str, store: Store, root: Path,
-          overrides: dict[str, Any] | None = None) -> tuple[Path, int]:
-    """Write the claim's evidence to ``root/<scale>/<id>.jsonl`` whole (a partial file, then renamed); returns the
-    path and the number of records (none written when the store holds nothing for the claim)."""
+class Written(NamedTuple):
+    path: Path
+    count: int
+    """Records written; none when the store holds nothing for the claim (the file is left as it was)."""
+    dropped: int
+    """Runs of the file before that this write left out: the claim's spec no longer names them, or the store
+    lacks them."""
+
+
+def write(claim: Claim, scale: str, store: Store, root: Path, overrides: dict[str, Any] | None = None) -> Written:
+    """Write the claim's evidence to ``root/<scale>/<id>.jsonl`` whole (a partial file, then renamed)."""
     lines = records(claim, scale, store, overrides)
     path = path_for(root, scale, claim.id)
     if not lines:
-        return path, 0
+        return Written(path, 0, 0)
+    dropped = len(_run_hashes(path) - {line["run"]["config_hash"] for line in lines if line["kind"] == "run"})
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     partial.replace(path)
-    return path, len(lines)
+    return Written(path, len(lines), dropped)
 
 
-def runs_dropped(claim: Claim, scale: str, store: Store, root: Path, overrides: dict[str, Any] | None = None) -> int:
-    """How many runs of the claim's evidence file under ``root`` a ``write`` from ``store`` would leave out: runs
-    the claim's current spec no longer names, or that ``store`` does not hold."""
-    path = path_for(root, scale, claim.id)
-    if claim.kind == "theory" or not path.is_file():
-        return 0
-    kept = {record["run"]["config_hash"] for record in records(claim, scale, store, overrides)}
-    shipped = set()
-    for line in path.read_text().splitlines():
+def _run_hashes(path: Path) -> set[str]:
+    """The config hashes of the runs an evidence file holds (none for a missing file or a theory check's)."""
+    hashes = set()
+    for line in path.read_text().splitlines() if path.is_file() else []:
         try:
-            shipped.add(json.loads(line)["run"]["config_hash"])
+            hashes.add(json.loads(line)["run"]["config_hash"])
         except (ValueError, KeyError, TypeError):
             continue
-    return len(shipped - kept)
+    return hashes
 
 
 def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_stored: bool = False) -> list[str]:

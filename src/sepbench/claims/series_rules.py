@@ -39,8 +39,7 @@ def evaluate_series(claim: Claim, scale: str, series: Series, swept: str = "N") 
             short = [p for p in points if len(p.values) < claim.min_seeds]
             if short:
                 outcome.reasons += [f"{_x_text(x, swept)}: {p.label} has {counted(len(p.values), 'value')}, "
-                                    f"the rule needs "
-                                    f"{claim.min_seeds}" for p in short]
+                                    f"the rule needs {claim.min_seeds}" for p in short]
                 verdicts.append(INCONCLUSIVE)
             elif isinstance(condition, Compare):
                 verdicts.append(compare_verdict(points[0].values, points[1].values, condition.margin,

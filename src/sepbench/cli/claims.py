@@ -196,8 +196,7 @@ def _writing_evidence(advance: OnResult, claims: Sequence[Claim], scale: str, db
         advance(result)
         for claim in learned:
             if result.config_hash in runs_of[claim.id]:
-                _say_dropped(claim, shipped.runs_dropped(claim, scale, db, evidence_dir, overrides), db)
-                shipped.write(claim, scale, db, evidence_dir, overrides)
+                _say_dropped(claim, shipped.write(claim, scale, db, evidence_dir, overrides).dropped, db)
 
     return advance_and_write
 
@@ -207,11 +206,9 @@ def _write_evidence(claims, scale: str, db, evidence_dir: Path, overrides) -> No
     from sepbench.claims import evidence as shipped
 
     for claim in claims:
-        dropped = shipped.runs_dropped(claim, scale, db, evidence_dir, overrides)
-        path, count = shipped.write(claim, scale, db, evidence_dir, overrides)
+        path, count, dropped = shipped.write(claim, scale, db, evidence_dir, overrides)
         say(f"evidence: {counted(count, 'record')} in {path}" if count else f"evidence: nothing stored for {claim.id}")
-        if count:
-            _say_dropped(claim, dropped, db)
+        _say_dropped(claim, dropped, db)
 
 
 def _say_dropped(claim: Claim, dropped: int, db: Store) -> None:

@@ -106,8 +106,8 @@ def _print_running(frame, path: Path) -> None:
                       seconds(row.seconds), seconds(row.eta_seconds), row.state, row.updated_at)
     print_whole(table)
     out.print(f"{counted(len(frame), 'run')} in training in {path}; ETA at each run's mean step time so far "
-              f"(an early stop "
-              "ends a run sooner); a stopped run resumes from its checkpoint when its command runs again",
+              "(an early stop ends a run sooner); a stopped run resumes from its checkpoint when its command runs "
+              "again",
               markup=False, highlight=False, soft_wrap=True)
 
 
@@ -157,7 +157,6 @@ def _print_results(frame, runs, by_seed: bool, threshold: float | None, path: Pa
     else:
         line = f"{threshold:g}" if threshold is not None else "the cell's own train.threshold"
         summary = (f"{counted(len(frame), 'cell')} ({counted(len(runs), 'run')}) in {path}; solved = k/m trained "
-                   f"seeds with final accuracy "
-                   f">= {line}; {', '.join(NOT_TRAINED)} runs are counted apart, never as unsolved; "
-                   "--by-seed for one row per run")
+                   f"seeds with final accuracy >= {line}; {', '.join(NOT_TRAINED)} runs are counted apart, never as "
+                   "unsolved; --by-seed for one row per run")
     out.print(summary, markup=False, highlight=False, soft_wrap=True)

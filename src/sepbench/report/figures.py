@@ -239,8 +239,8 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
                               "Bhattamishra et al. 2024, Fig. 3 and Thms. 3, 5 (size against N)",
                               f"Smallest width whose best learning rate is solved "
                               f"({rule.text_for([r for r in results if r.config.task.name == task])}). "
-                              "Filled circles: exact (the "
-                              "next smaller stored width is unsolved); open downward triangles: at most this width "
+                              "Filled circles: exact (the next smaller stored width is unsolved); "
+                              "open downward triangles: at most this width "
                               "(no smaller width tried, or it is undecided or failed); open upward triangles: no "
                               f"stored width solves. Lines: width ~ c N^alpha fitted to the exact widths when at least "
                               f"{MIN_FIT_POINTS} exist, with 95% bootstrap intervals on alpha; {bound_text}.", fig))
