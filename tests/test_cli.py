@@ -227,3 +227,24 @@ def test_an_empty_column_takes_no_width_from_the_words_beside_it(monkeypatch, ca
     words = {word for line in lines[1:-1] for word in line.replace("│", " ").split()}
     assert words == {"alpha", "beta", "gamma", "delta"}, "\n".join(lines)
     assert max(len(line) for line in lines) <= needed, "\n".join(lines)
+
+
+def test_results_and_report_warn_when_runs_stopped_early_below_the_threshold_asked(store_path, tmp_path):
+    stopped = runner.invoke(app, QUICK + ["--set", "train.threshold=0.01"])
+    assert stopped.exit_code == 0, stopped.output
+    (run,) = Store(store_path).results()
+    assert run.status == "solved" and run.steps < 40 and 0.01 <= run.metrics["accuracy"] < 0.5
+    warning = ("warning: 1 run stopped early at train.threshold 0.01, below --threshold 0.5: they read unsolved at 0.5 "
+               "because of their own early stop, not the model's; retrain them with --set train.threshold=0.5 or "
+               "--set train.early_stop=false")
+    above = runner.invoke(app, ["results", "--threshold", "0.5", "--format", "json"])
+    assert above.exit_code == 0 and warning in above.stderr, above.stderr
+    assert [cell["solved"] for cell in json.loads(above.stdout)] == [0]
+    for quiet in (["results"], ["results", "--threshold", "0.01"]):
+        assert "stopped early" not in runner.invoke(app, quiet).stderr
+    report = runner.invoke(app, ["report", "--out", str(tmp_path / "report"), "--threshold", "0.5",
+                                 "--flops-threshold", "0.01"])
+    assert report.exit_code == 0, report.output
+    assert report.stderr.count("stopped early") == 1 and warning in report.stderr
+    flops = runner.invoke(app, ["report", "--out", str(tmp_path / "report"), "--flops-threshold", "0.5"])
+    assert "below --flops-threshold 0.5" in flops.stderr, flops.stderr

@@ -99,6 +99,13 @@ def running_rows(running: Sequence[Running]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUNNING)
 
 
+def stopped_short(results: Sequence[RunResult], threshold: float) -> list[RunResult]:
+    """Runs that stopped early at a ``train.threshold`` below ``threshold`` without reaching it: judged at
+    ``threshold`` they read unsolved because of their own early stop, not because the model could go no further."""
+    return [r for r in results if r.status == "solved" and r.config.train.early_stop
+            and r.config.train.threshold < threshold and r.metrics.get("accuracy", 0.0) < threshold]
+
+
 def metric_columns(frame: pd.DataFrame) -> list[str]:
     """The final-metric columns of a ``run_rows`` frame, in display order."""
     start, stop = frame.columns.get_loc("status") + 1, frame.columns.get_loc(DETAILS[0])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 import sys
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from sepbench.plugins import PluginError
 from sepbench.registry import UnknownNameError
 from sepbench.store import Store, StoreError
 from sepbench.wording import counted
+
+if TYPE_CHECKING:
+    from sepbench.train.result import RunResult
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -61,6 +64,19 @@ def warn_unreadable(store: Store) -> None:
     """One warning line for each run the store's last ``results`` call could not read and left out."""
     for key, reason in store.unreadable:
         warn(f"warning: stored run {key} cannot be read and is left out ({reason})")
+
+
+def warn_stopped_short(results: Sequence[RunResult], threshold: float | None, option: str) -> None:
+    """One warning line when runs stopped early below ``threshold`` (given as ``option``) and so read unsolved
+    at it for their own settings."""
+    from sepbench.results import stopped_short
+
+    short = [] if threshold is None else stopped_short(results, threshold)
+    if short:
+        levels = ", ".join(f"{level:g}" for level in sorted({r.config.train.threshold for r in short}))
+        warn(f"warning: {counted(len(short), 'run')} stopped early at train.threshold {levels}, below {option} "
+             f"{threshold:g}: they read unsolved at {threshold:g} because of their own early stop, not the model's; "
+             f"retrain them with --set train.threshold={threshold:g} or --set train.early_stop=false")
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_unreadable
+from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_stopped_short, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 from sepbench.wording import counted
@@ -70,8 +70,10 @@ def results(
             else:
                 _print_running(frame, db.path)
             return
-        runs = run_rows(db.results(**where))
+        found = db.results(**where)
+        runs = run_rows(found)
     warn_unreadable(db)
+    warn_stopped_short(found, threshold, "--threshold")
     if runs.empty:
         matching = f"runs match {', '.join(f'{k}={v}' for k, v in where.items())}" if where else "runs"
         stored = db.query()
