@@ -182,7 +182,7 @@ def test_a_run_already_past_the_line_does_not_make_a_straddle_still_learning(tmp
     claim, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
     assert outcome.verdict == INCONCLUSIVE
     assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [outcome]).label == (
-        "inconclusive: seeds straddle the line, their curves flat"), outcome.reasons
+        "inconclusive: seeds straddle the line, no deciding run still learning"), outcome.reasons
 
 
 def test_the_budget_named_is_the_one_the_slowest_rising_run_needs(tmp_path):
@@ -212,7 +212,7 @@ def test_a_budget_read_off_a_gain_within_the_noise_says_it_is_a_rough_guide():
     assert "rough guide" not in learning_reason([_run(cfg, RISING)], 0.95)
 
 
-@pytest.mark.parametrize("curve, label", [(FLAT, "inconclusive: seeds straddle the line, their curves flat"),
+@pytest.mark.parametrize("curve, label", [(FLAT, "inconclusive: seeds straddle the line, no deciding run still learning"),
                                           (RISING, "inconclusive: still learning at 1500 steps")])
 def test_seeds_on_both_sides_of_a_level_say_why_the_claim_is_undecided(tmp_path, curve, label):
     def make(cfg):

@@ -115,7 +115,7 @@ class ClaimVerdict:
         if any(STOPPED_EARLY in reason for reason in reasons):
             return f"{INCONCLUSIVE}: seeds {STOPPED_EARLY} their train.threshold, short of the line"
         if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
-            return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, their curves flat"
+            return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, no deciding run still learning"
         return self.verdict
 
 
