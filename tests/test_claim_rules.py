@@ -781,3 +781,112 @@ def test_a_cut_rate_a_settling_trained_on_some_seeds_only_is_not_counted_as_trai
     assert rates_counted(runs, trained) == "6 lr trained, 5 in full (7 searched)"
     settled = {lr: group for lr, group in trained.items() if lr != 1e-3}
     assert rates_counted([r for r in runs if r.config.train.lr != 1e-3], settled) == "5 lr trained in full (6 searched)"
+
+
+def _evaluate_with(tmp_path, claim_id, make_run, overrides):
+    (claim,) = select(None, claim_id)
+    configs = claim.configs("quick", {**EVAL, **overrides})
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        store.put(make_run(cfg))
+    return claim, evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+
+
+TO_2500 = [250 * k for k in range(1, 11)]
+
+
+def test_a_run_that_reached_its_threshold_without_an_early_stop_is_read_for_a_trend():
+    """With early_stop off (the Yang paper protocol) a run that touched its train.threshold is stored as solved
+    but trains every step: it may still be learning. One that stopped there shows no trend."""
+    (claim,) = select(None, "yang-lis-sparse-rising")
+    trained_on = claim.configs("quick", {**EVAL, "train.early_stop": False})[0]
+    assert trend(_run(trained_on, RISING, status="solved")).learning
+    stopping = claim.configs("quick", EVAL)[0]
+    assert stopping.train.early_stop and RISING[-1][0] < stopping.train.steps
+    assert trend(_run(stopping, RISING, status="solved")) is None
+
+
+def test_a_rate_whose_every_learning_rate_has_a_seed_short_waits_on_a_seed_still_rising(tmp_path):
+    """Every rate's mean steps-to-threshold is infinite, so the pick is a tie; a seed of another rate rising fast
+    toward the line may still reach it."""
+    def make(cfg):
+        if cfg.model.name != "transformer":
+            return _run(cfg, [(s, 0.1, 3.0) for s in TO_2500])
+        if cfg.seed != 2:
+            return _run(cfg, [(250, 0.96, 0.05), (500, 0.995, 0.01)], status="solved")
+        if cfg.train.lr == 0.001:
+            return _run(cfg, [(s, 0.94, 0.2) for s in TO_2500])
+        return _run(cfg, [(s, 0.5 + 0.045 * i, 1.0 - 0.09 * i) for i, s in enumerate(TO_2500)])
+
+    _, (_, rate) = _evaluate(tmp_path, "il-tf-vs-recurrent", make)
+    assert rate.verdict == INCONCLUSIVE, rate.reasons
+    assert "does not reach 0.95 on every seed of any learning rate within 2500 steps" in rate.evidence[0]
+    (reason,) = rate.reasons
+    assert "still learning at 2500 steps" in reason and "lr 0.005 seed 2" in reason
+
+
+@pytest.mark.parametrize("side", ["fast", "slow"])
+def test_a_rate_claim_does_not_read_runs_stopped_early_below_its_line_as_where_they_ended(tmp_path, side):
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            if side == "fast":
+                return _run(cfg, [(250, 0.5, 1.0), (500, 0.8, 0.5), (750, 0.91, 0.2)], status="solved")
+            return _run(cfg, [(250, 0.96, 0.05)], status="solved")
+        if side == "slow":
+            return _run(cfg, [(s, 0.1 + 0.1 * i, 2.0 - 0.2 * i) for i, s in enumerate(TO_2500[:9])], status="solved")
+        return _run(cfg, [(s, 0.1, 3.0) for s in TO_2500])
+
+    claim, outcomes = _evaluate_with(tmp_path, "il-tf-vs-recurrent", make, {"train.threshold": 0.9})
+    rate = outcomes[1]
+    assert rate.verdict == INCONCLUSIVE, rate.reasons
+    where = "at step 750, short of 0.95" if side == "fast" else "at step 2250 before 10 x T = 2500, short of 0.95"
+    assert any(f"stopped early at train.threshold 0.9 {where}" in r for r in rate.reasons), rate.reasons
+    label = ClaimVerdict(claim, "quick", INCONCLUSIVE, outcomes).label
+    assert label == "inconclusive: seeds stopped early at their train.threshold, short of the line"
+
+
+def test_seeds_straddling_a_level_because_some_stopped_early_below_it_read_stopped_early(tmp_path):
+    def make(cfg):
+        if cfg.seed == 0:
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.97, 0.05)], status="solved")
+        return _run(cfg, [(250, 0.6, 0.6), (500, 0.8, 0.4), (750, 0.91, 0.25)], status="solved")
+
+    claim, (level,) = _evaluate_with(tmp_path, "dyck-one-layer-short", make, {"train.threshold": 0.9})
+    assert level.verdict == INCONCLUSIVE
+    assert not any("straddle" in r for r in level.reasons), level.reasons
+    assert any("3 seeds of" in r and "stopped early at train.threshold 0.9, short of the line 0.95" in r
+               for r in level.reasons), level.reasons
+    label = ClaimVerdict(claim, "quick", INCONCLUSIVE, [level]).label
+    assert label == "inconclusive: seeds stopped early at their train.threshold, short of the line"
+
+
+def test_a_trained_run_without_an_accuracy_is_missing_data_never_a_value(tmp_path):
+    """A completed run whose final metrics lack the accuracy leaves the condition open instead of counting as below
+    the line (or, as NaN, reordering the rates)."""
+    def make(cfg):
+        if cfg.model.name == "lstm":
+            run = _run(cfg, [(s, 0.97, 0.05) for s in STEPS])
+            run.metrics.pop("accuracy")
+            return run
+        if cfg.model.name == "linear_transformer":
+            return _run(cfg, [(s, 0.5, 0.69) for s in STEPS])
+        return _run(cfg, [(250, 0.9, 0.1), (500, 0.995, 0.01)], status="solved")
+
+    _, outcomes = _evaluate(tmp_path, "eq-random", make)
+    stays_below = outcomes[1]
+    assert stays_below.verdict == INCONCLUSIVE, stays_below.evidence
+    assert any("6 trained runs with no accuracy to read (completed, lr" in r for r in stays_below.reasons)
+
+
+def test_a_level_at_the_second_best_rate_says_when_fewer_rates_trained(tmp_path):
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            if cfg.train.lr == 0.001:
+                return _run(cfg, [(250, 0.97, 0.05), (500, 0.995, 0.01)], status="solved")
+            return _run(cfg, [(250, 0.02, 4.0)], status="pruned")
+        return _run(cfg, [(s, 0.1, 3.0) for s in TO_2500])
+
+    _, (level, _) = _evaluate(tmp_path, "il-tf-vs-recurrent", make)
+    assert level.verdict == INCONCLUSIVE
+    assert any("0 trained seeds, the rule needs 3 (it reads each cell's 2nd best learning rate, and at most 1 "
+               "learning rate trained to the budget)" in r for r in level.reasons), level.reasons

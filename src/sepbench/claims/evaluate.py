@@ -22,15 +22,18 @@ Rules, the same for every claim:
   reach the threshold (its best learning rate, slowest seed, from its curve); reproduced when the slow group's best
   member, read off its curves at k x T steps, is below the threshold on every seed, not reproduced when it reached
   it on every seed. Slow runs whose budget ends before k x T make it inconclusive. With ``fast_within`` = B, a
-  fast side whose T is not below B steps (or that never reaches the threshold in B steps) is not reproduced.
+  fast side whose T is not below B steps (or that never reaches the threshold in B steps) is not reproduced; a
+  fast side no rate of which reaches it on every seed is not reproduced unless a seed short of it, at any rate,
+  was still learning.
 * ``fixed_width``: one grid width <= ``max_width`` is solved at every length (reproduced), every such width is
   decided unsolved at some length (not reproduced), otherwise inconclusive.
 * ``min_width_order``: per task, a's smallest solving width <= b's at every length and < at one or more; a tie at
   every length is not reproduced, as is b < a at some length.
 * ``growth_order``: per model, the factor by which the smallest solving width grows from the smallest to the
   largest length is larger on task b than on task a.
-* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, or diverged runs
-  of a cell none of whose learning rates trained make a condition inconclusive, never not reproduced. So does a
+* Fewer trained seeds than the claim's ``min_seeds``, runs missing from the store, failed runs, trained runs with
+  no accuracy to read, or diverged runs of a cell none of whose learning rates trained make a condition
+  inconclusive, never not reproduced. So does a
   deciding run still learning at the end of its budget (``sepbench.claims.learning``), at the rate picked or, its
   accuracy rising beyond the noise to a new low of its loss, at any other (it may overtake the pick): "not
   reproduced" becomes "inconclusive: still learning at B steps", with the measured slope and the budget it points
@@ -41,8 +44,10 @@ Rules, the same for every claim:
   So does a side whose rise could change a ``compare`` or ``level`` verdict when the learning-rate search cut one of
   its rates on a tie (``sepbench.claims.ties``: within the evaluations' noise of a rate it kept, as every rate is
   while none has learned): its best configuration may be one never trained to the budget.
-  So does a side that stopped early at its train.threshold short of the line the verdict turns on, when with its
-  stopped seeds at 1.0 the verdict would change: where they stopped is not where they would have ended.
+  So does a side that stopped early at its train.threshold short of the line the verdict turns on (or either side,
+  for seeds straddling it; a ``rate``'s fast side short of its threshold, its slow side below it before k x T),
+  when with its stopped seeds at 1.0 the verdict would change: where they stopped is not where they would have
+  ended. A run that reached its train.threshold with early_stop off trained every step and is read for a trend.
   A claim is reproduced when every condition is, not reproduced when any condition is, and inconclusive
   otherwise.
 """
@@ -55,7 +60,7 @@ from typing import Callable, Sequence
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
-from sepbench.claims.learning import learning_reason, trend
+from sepbench.claims.learning import learning_reason, stopped_early, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, STOPPED_EARLY,
                                       Outcome, Point, combine, compare_verdict, level_verdict)
@@ -86,7 +91,7 @@ def _on_lengths(condition: Compare | Level, scale: str, configs: Sequence[RunCon
                 continue
             point = group_point(slot, group_label(group), n, condition.per, pick, rank, score=_member_score(condition))
             points.append(point)
-            reasons += [f"N={n}: {r}" for r in gaps(slot, min_seeds, point)]
+            reasons += [f"N={n}: {r}" for r in gaps(slot, min_seeds, point, rank)]
         outcome.points += points
         outcome.evidence.append(f"N={n}: " + " vs ".join(p.text() for p in points))
         if reasons:
@@ -127,17 +132,22 @@ def _verdict(condition: Compare | Level, points: Sequence[Point]) -> str:
 
 def _stopped_early_reason(condition: Compare | Level, points: Sequence[Point], verdict: str) -> str | None:
     """Why a verdict is not the runs' to give: seeds of the side it turns on (the side that had to rise, for "not
-    reproduced"; that had to stay below, for "reproduced") stopped early at their train.threshold, so their accuracy
-    is where they stopped, not where they would have ended, and at 1.0 the verdict would change (None otherwise)."""
-    if verdict not in (REPRODUCED, NOT_REPRODUCED):
-        return None
-    found = _side_and_line(condition, points, rising=verdict == NOT_REPRODUCED)
-    if found is None:
-        return None
-    side, line = found
+    reproduced"; that had to stay below, for "reproduced"; either, for seeds straddling the line) stopped early at
+    their train.threshold, so their accuracy is where they stopped, not where they would have ended, and at 1.0 the
+    verdict would change (None otherwise)."""
+    sides = {REPRODUCED: (False,), NOT_REPRODUCED: (True,)}.get(verdict, (True, False))
+    for rising in sides:
+        found = _side_and_line(condition, points, rising=rising)
+        reason = _stopped_short_of(condition, points, verdict, *found) if found is not None else None
+        if reason:
+            return reason
+    return None
+
+
+def _stopped_short_of(condition: Compare | Level, points: Sequence[Point], verdict: str, side: int,
+                      line: float) -> str | None:
     point = points[side]
-    stopped = [i for i, (run, value) in enumerate(zip(point.runs, point.values))
-               if run.status == "solved" and run.config.train.early_stop and value < 1.0]
+    stopped = [i for i, (run, value) in enumerate(zip(point.runs, point.values)) if stopped_early(run) and value < 1.0]
     if not stopped:
         return None
     lifted = [replace(p, values=[1.0 if k == side and i in stopped else v for i, v in enumerate(p.values)])
@@ -289,9 +299,9 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             outcome.reasons.append(f"N={n}: the claim's specs have no runs of one side")
             verdicts.append(INCONCLUSIVE)
             continue
-        fast = group_point(fast_slot, group_label(condition.fast), n, condition.per, "best",
-                           value=lambda r: -_steps_to(r, condition.threshold))
-        reasons = [f"N={n}: {r}" for r in gaps(fast_slot, min_seeds, fast)]
+        speed = lambda r: -_steps_to(r, condition.threshold)  # noqa: E731 - the value both calls read
+        fast = group_point(fast_slot, group_label(condition.fast), n, condition.per, "best", value=speed)
+        reasons = [f"N={n}: {r}" for r in gaps(fast_slot, min_seeds, fast, value=speed)]
         steps = max((_steps_to(r, condition.threshold) for r in fast.runs), default=INF)
         if reasons:
             outcome.reasons += reasons
@@ -305,25 +315,32 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             continue
         if steps == INF:
             budget = max(r.steps for r in fast.runs)
-            outcome.evidence.append(f"N={n}: {fast.label} {fast.member} does not reach {condition.threshold:g} "
-                                    f"within {budget} steps on every seed")
-            learning = learning_reason(fast.runs, condition.threshold)
+            outcome.evidence.append(f"N={n}: {fast.label} does not reach {condition.threshold:g} on every seed of any "
+                                    f"learning rate within {budget} steps (the best: {fast.member})")
+            short = _fast_runs_short(fast_slot.results, fast.runs, condition.threshold)
+            learning = (learning_reason(short, condition.threshold)
+                        or _stopped_text([r for r in short if stopped_early(r)], fast.label, condition.threshold))
             outcome.reasons += [f"N={n}: {learning}"] if learning else []
             verdicts.append(INCONCLUSIVE if learning else NOT_REPRODUCED)
             continue
         horizon = condition.k * steps
-        slow = group_point(slow_slot, group_label(condition.slow), n, condition.per, "best",
-                           value=lambda r: _accuracy_at(r, horizon))
+        at_horizon = lambda r: _accuracy_at(r, horizon)  # noqa: E731 - the value both calls read
+        slow = group_point(slow_slot, group_label(condition.slow), n, condition.per, "best", value=at_horizon)
         outcome.points.append(Point(f"{slow.label} at {condition.k:g} x T", n, slow.values, slow.member))
         outcome.evidence.append(f"N={n}: {fast.label} {fast.member} reaches {condition.threshold:g} at T = "
                                 f"{steps:.0f} steps (slowest seed); at {condition.k:g} x T = {horizon:.0f} steps: "
                                 f"{slow.text()}")
         short = [r for r in slow_slot.results if r.status == "completed" and r.steps < horizon]
-        reasons = [f"N={n}: {r}" for r in gaps(slow_slot, min_seeds, slow)]
+        stopped = [r for r in slow_slot.results
+                   if stopped_early(r) and r.steps < horizon and final_accuracy(r) < condition.threshold]
+        reasons = [f"N={n}: {r}" for r in gaps(slow_slot, min_seeds, slow, value=at_horizon)]
         if short:
             reasons.append(f"N={n}: {counted(len(short), 'run')} of {slow.label} stopped at "
                            f"{min(r.steps for r in short)} "
                            f"steps, before {condition.k:g} x T = {horizon:.0f}")
+        if stopped:
+            before = f"before {condition.k:g} x T = {horizon:.0f}"
+            reasons.append(f"N={n}: {_stopped_text(stopped, slow.label, condition.threshold, before)}")
         if reasons:
             outcome.reasons += reasons
             verdicts.append(INCONCLUSIVE)
@@ -333,6 +350,24 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
     if not verdicts:
         outcome.reasons.append("no lengths to judge")
     return outcome
+
+
+def _fast_runs_short(results: Sequence[RunResult], picked: Sequence[RunResult], threshold: float) -> list[RunResult]:
+    """The fast side's runs that never reached ``threshold`` and whose rise could change that: the picked rate's,
+    and any other rate's leaving its level (with every rate a seed short, the pick is a tie)."""
+    hashes = {r.config_hash for r in picked}
+    return [r for r in results if r.status in ("solved", "completed") and _steps_to(r, threshold) == INF
+            and (r.config_hash in hashes or _leaving_its_level(r))]
+
+
+def _stopped_text(stopped: Sequence[RunResult], label: str, line: float, where: str = "") -> str | None:
+    """'N runs of LABEL stopped early at train.threshold T at step S, short of LINE ...' (None for no runs)."""
+    if not stopped:
+        return None
+    levels = ", ".join(sorted({f"{r.config.train.threshold:g}" for r in stopped}))
+    return (f"{counted(len(stopped), 'run')} of {label} {STOPPED_EARLY} train.threshold {levels} at step "
+            f"{min(r.steps for r in stopped)}{' ' + where if where else ''}, short of {line:g}: where they stopped is "
+            "not where they would have ended (train them with a higher train.threshold)")
 
 
 def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], results: dict[str, RunResult]) -> list[Outcome]:

@@ -56,7 +56,8 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
                 score: Callable[[Sequence[float]], float] | None = None) -> Point:
     """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
     with ``rank`` > 1, rates ranked by mean ``value``); the best or worst member by ``score`` (the mean unless
-    given) of ``value`` over the seeds of that learning rate."""
+    given) of ``value`` over the seeds of that learning rate. A run without a value (NaN: no accuracy stored, or
+    none evaluated by the step read) counts as one not trained."""
     members: dict[str, tuple[float, list[RunResult], str, str]] = {}
     by_cell: dict[str, list[RunResult]] = {}
     for result in slot.results:
@@ -64,7 +65,7 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
     for runs in by_cell.values():
         by_lr: dict[float, list[RunResult]] = {}
         for r in runs:
-            if r.status in TRAINED:
+            if r.status in TRAINED and not math.isnan(value(r)):
                 by_lr.setdefault(r.config.train.lr, []).append(r)
         ranked = sorted(by_lr.items(), key=lambda item: (-np.mean([value(r) for r in item[1]]), item[0]))
         if len(ranked) < rank:
@@ -103,16 +104,34 @@ def _ordinal(rank: int) -> str:
     return f"{rank}{suffix}"
 
 
-def gaps(slot: Slot, min_seeds: int, point: Point) -> list[str]:
+def gaps(slot: Slot, min_seeds: int, point: Point, rank: int = 1,
+         value: Callable[[RunResult], float] = final_accuracy) -> list[str]:
+    """Why the slot cannot be judged yet: runs missing or failed, trained runs without a value to read (NaN), or
+    fewer seeds than ``min_seeds`` (saying so when fewer learning rates trained than the ``rank`` read)."""
     reasons = []
     if slot.missing:
         reasons.append(f"{counted(slot.missing, 'run')} {RUNS_MISSING}")
     if slot.failed:
         reasons.append(f"{counted(len(slot.failed), 'run')} failed or diverged ({slot.failed[0].status}: "
                        f"{slot.failed[0].error or 'no reason stored'})")
+    trained = [r for r in slot.results if r.status in TRAINED]
+    blank = [r for r in trained if math.isnan(value(r))]
+    if blank:
+        reasons.append(f"{counted(len(blank), 'trained run')} with no accuracy to read ({blank[0].status}, lr "
+                       f"{blank[0].config.train.lr:g} seed {blank[0].config.seed}), counted as not trained")
     if len(point.values) < min_seeds:
-        reasons.append(f"{point.label}: {counted(len(point.values), 'trained seed')}, the rule needs {min_seeds}")
+        reasons.append(f"{point.label}: {counted(len(point.values), 'trained seed')}, the rule needs {min_seeds}"
+                       f"{_why_few(trained, rank)}")
     return reasons
+
+
+def _why_few(trained: Sequence[RunResult], rank: int) -> str:
+    rates = max((len({r.config.train.lr for r in trained if cell_key(r.config) == cell})
+                 for cell in {cell_key(r.config) for r in trained}), default=0)
+    if rank > 1 and 0 < rates < rank:
+        return (f" (it reads each cell's {_ordinal(rank)} best learning rate, and at most "
+                f"{counted(rates, 'learning rate')} trained to the budget)")
+    return ""
 
 
 def slots_of(configs: Sequence[RunConfig], results: dict[str, RunResult], group: Group,

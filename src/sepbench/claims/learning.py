@@ -102,9 +102,22 @@ def _fit(steps: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
     return float(slope), float(intercept), error
 
 
+def ran_its_budget(result: RunResult) -> bool:
+    """The run trained every step: completed, or solved without an early stop (a run that reaches its
+    ``train.threshold`` with ``early_stop`` off is stored as solved and trains on)."""
+    train = result.config.train
+    return result.status == "completed" or (result.status == "solved" and
+                                            (not train.early_stop or result.steps >= train.steps))
+
+
+def stopped_early(result: RunResult) -> bool:
+    """The run stopped at its ``train.threshold`` before its last step, so its accuracy is where it stopped."""
+    return result.status == "solved" and not ran_its_budget(result)
+
+
 def trend(result: RunResult) -> Trend | None:
     """The run's last-quarter trend; None unless it ran its whole budget with ``MIN_POINTS`` evaluations."""
-    if result.status != "completed" or not result.curve:
+    if not ran_its_budget(result) or not result.curve:
         return None
     budget = max(result.steps, result.curve[-1].step)
     finite = [p for p in result.curve if math.isfinite(p.accuracy)]
@@ -130,7 +143,7 @@ def trend(result: RunResult) -> Trend | None:
 
 def too_few_evaluations(result: RunResult) -> bool:
     """The run used its whole budget but has fewer than ``MIN_POINTS`` evaluations to fit a trend to."""
-    return result.status == "completed" and _finite_points(result) < MIN_POINTS
+    return ran_its_budget(result) and _finite_points(result) < MIN_POINTS
 
 
 def _finite_points(result: RunResult) -> int:
