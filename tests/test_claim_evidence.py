@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from sepbench.claims import select
 from sepbench.claims import evidence
 from sepbench.cli import app
+from sepbench.config import ConfigError
 from sepbench.store import Store
 from sepbench.train.result import EvalPoint, RunResult
 
@@ -92,7 +93,64 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     smoke = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--set", "train.steps=3", "--write-evidence",
                                 "--store", str(tmp_path / "smoke.db")])
     assert smoke.exit_code == 2 and "would replace the shipped evidence with overridden runs" in smoke.stderr
+    named = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--set", "train.steps=3", "--write-evidence",
+                                "--evidence-dir", str(evidence.default_root()), "--store", str(tmp_path / "smoke.db")])
+    assert named.exit_code == 2 and "would replace the shipped evidence with overridden runs" in named.stderr
     assert not (tmp_path / "smoke.db").exists()
+
+
+def test_a_bad_evidence_file_stores_nothing_and_an_edited_record_is_named(tmp_path):
+    (claim,) = select(None, CLAIM)
+    root = tmp_path / "evidence"
+    path, _, _ = evidence.write(claim, "quick", _store(tmp_path / "ours.db", 0.99), root)
+    good = path.read_text().splitlines()
+    path.write_text("\n".join(good[:3] + ['{"kind": "run", "run": {"status": "solved"}}']) + "\n")
+    store = Store(tmp_path / "resumed.db")
+    with pytest.raises(ConfigError, match=rf"{CLAIM}.jsonl:4: not an evidence record \(ValidationError at "):
+        evidence.load([claim], "quick", root, store)
+    assert len(store) == 0
+    edited = json.loads(good[1])
+    edited["run"]["config"]["model"]["width"] = 256
+    path.write_text("\n".join([good[0], json.dumps(edited)]) + "\n")
+    with pytest.raises(ConfigError, match=rf"{CLAIM}.jsonl:2: the run's config hashes to [0-9a-f]+, not to its "
+                                          rf"config_hash {edited['run']['config_hash']}"):
+        evidence.load([claim], "quick", root, store)
+    assert len(store) == 0
+
+
+def test_a_check_written_again_keeps_the_code_that_computed_it(tmp_path):
+    from sepbench.claims.checks import cache_entry
+
+    (claim,) = select(None, "bound-8k")
+    root = tmp_path / "evidence"
+    shipped = evidence.path_for(evidence.default_root(), "quick", claim.id).read_text()
+    record = json.loads(shipped)
+    record["code_version"] = "older0code00"
+    evidence.path_for(root, "quick", claim.id).parent.mkdir(parents=True)
+    evidence.path_for(root, "quick", claim.id).write_text(json.dumps(record) + "\n")
+    store = Store(tmp_path / "s.db")
+    evidence.load([claim], "quick", root, store)
+    assert cache_entry(claim.check, claim.at("quick").params, store.path) is not None
+    evidence.write(claim, "quick", store, root)
+    (again,) = [json.loads(line) for line in evidence.path_for(root, "quick", claim.id).read_text().splitlines()]
+    assert again == record
+
+
+def test_a_file_written_whole_leaves_the_old_one_and_no_partial_when_the_write_fails(tmp_path, monkeypatch):
+    import os
+
+    from sepbench.files import write_whole
+
+    target = tmp_path / "e" / "claim.jsonl"
+    write_whole(target, "old\n")
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_whole(target, "new\n")
+    assert target.read_text() == "old\n" and sorted(p.name for p in target.parent.iterdir()) == ["claim.jsonl"]
 
 
 def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_one_line(tmp_path, monkeypatch):
@@ -129,6 +187,11 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
     (["--claim", CLAIM, "--set", "train.steps=2", "--write-evidence", "--evidence-dir", "{tmp}/garbage.db"],
      "--evidence-dir {tmp}/garbage.db: {tmp}/garbage.db is a file, not a folder"),
     (["--claim", "bound-8k", "--out", "/proc/sepbench-report"], "--out /proc/sepbench-report: /proc cannot be written"),
+    (["--claim", CLAIM, "--write-evidence", "--evidence-dir", "{tmp}/ev_file"],
+     "--evidence-dir {tmp}/ev_file: {tmp}/ev_file/quick is a file, not a folder"),
+    (["--claim", CLAIM, "--write-evidence", "--evidence-dir", "{tmp}/ev_dir"],
+     f"--evidence-dir {{tmp}}/ev_dir: {{tmp}}/ev_dir/quick/{CLAIM}.jsonl is a folder, where the evidence of {CLAIM} "
+     "goes"),
 ])
 def test_reproduce_refuses_what_its_mode_would_ignore_or_spoil_before_training(tmp_path, store_path, args, fragment):
     import sqlite3
@@ -136,6 +199,9 @@ def test_reproduce_refuses_what_its_mode_would_ignore_or_spoil_before_training(t
 
     (tmp_path / "folder").mkdir()
     (tmp_path / "garbage.db").write_text("garbage\n")
+    (tmp_path / "ev_file").mkdir()
+    (tmp_path / "ev_file" / "quick").write_text("x")
+    (tmp_path / "ev_dir" / "quick" / f"{CLAIM}.jsonl").mkdir(parents=True)
     with closing(sqlite3.connect(tmp_path / "foreign.db")) as foreign:
         foreign.execute("CREATE TABLE t (x)")
         foreign.commit()
@@ -208,6 +274,7 @@ def test_resume_evidence_trains_only_what_the_shipped_runs_lack_and_keeps_ones_o
     assert planned.exit_code == 0, planned.output
     assert "resumed from the shipped evidence of 1 of 1 claim" in planned.stdout
     assert "4 runs to train" in planned.stdout  # the 5 the evidence lacks, less the one already stored
+    assert "note: 20 stored runs of these claims came from other code than this one" in " ".join(planned.stderr.split())
     assert len(Store(mine.path)) == 1  # a dry run writes nothing
     ship_without(dropped[:1])  # the evidence now lacks only the run one already has: nothing trains
     loaded = runner.invoke(app, args + ["--out", str(tmp_path / "report")], terminal_width=300)
@@ -272,7 +339,9 @@ def test_write_evidence_ships_each_run_as_it_finishes_so_a_killed_reproduce_lose
     assert sorted(shipped_at_each[1]) == sorted([first.config_hash(), second.config_hash()])
 
 
-def test_writing_evidence_says_how_many_runs_of_the_file_before_it_leaves_out(tmp_path, monkeypatch):
+def test_writing_evidence_keeps_the_files_runs_of_the_spec_and_says_which_it_leaves_out(tmp_path, monkeypatch):
+    """A write from a store that lacks the shipped runs (a fresh one, no --resume-evidence) keeps them: a kill after
+    its first run ships them all. Only runs the spec no longer names leave the file, and it says so."""
     from sepbench.claims import reproduce as reproducing
 
     (claim,) = select(None, CLAIM)
@@ -280,9 +349,7 @@ def test_writing_evidence_says_how_many_runs_of_the_file_before_it_leaves_out(tm
     full = _store(tmp_path / "full.db", 0.99)
     assert evidence.write(claim, "quick", full, root).dropped == 0
     assert evidence.write(claim, "quick", full, root).dropped == 0
-    changed = _store(tmp_path / "changed.db", 0.99, {"train.steps": 7})
-    assert evidence.write(claim, "quick", changed, root, {"train.steps": 7}).dropped == 24  # a changed spec
-    evidence.write(claim, "quick", full, root)
+    shipped = evidence.path_for(root, "quick", CLAIM).read_text()
     first = claim.configs("quick")[0]
 
     def one_run_in_a_new_store(claims, scale, db, *args, on_result, **kwargs):
@@ -292,10 +359,18 @@ def test_writing_evidence_says_how_many_runs_of_the_file_before_it_leaves_out(tm
         return []
 
     monkeypatch.setattr(reproducing, "judge_all", one_run_in_a_new_store)
-    store = tmp_path / "new.db"
-    written = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(store), "--write-evidence",
-                                  "--evidence-dir", str(root)], terminal_width=300)
-    said = " ".join(written.stderr.split())
-    assert f"evidence of {CLAIM}: 23 runs of the file before left out, not runs of the claim's current spec or " \
-           f"not in {store} (--resume-evidence keeps the shipped ones)" in said, written.output
-    assert said.count("left out") == 1 and len(evidence.path_for(root, "quick", CLAIM).read_text().splitlines()) == 1
+    written = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(tmp_path / "new.db"),
+                                  "--write-evidence", "--evidence-dir", str(root)], terminal_width=300)
+    assert written.exit_code == 0, written.output
+    assert "left out" not in written.stderr and evidence.path_for(root, "quick", CLAIM).read_text() == shipped
+    _store(tmp_path / "changed.db", 0.99, {"train.steps": 7})
+    again = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--store", str(tmp_path / "changed.db"),
+                                "--write-evidence", "--evidence-dir", str(root), "--set", "train.steps=7"],
+                          terminal_width=300)
+    said = " ".join(again.stderr.split())
+    assert f"evidence of {CLAIM}: 24 runs of the file before left out: the claim's spec (with --set) no longer " \
+           "names them" in said, again.output
+    assert said.count("left out") == 1 and len(evidence.path_for(root, "quick", CLAIM).read_text().splitlines()) == 24
+    lines = evidence.path_for(root, "quick", CLAIM).read_text().splitlines()
+    assert {json.loads(line)["run"]["config_hash"] for line in lines} == {
+        cfg.config_hash() for cfg in claim.configs("quick", {"train.steps": 7})}

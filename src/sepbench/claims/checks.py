@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from sepbench.claims.series_rules import Series
+from sepbench.files import write_whole
 
 Check = Callable[[dict[str, Any]], Series]
 
@@ -127,10 +127,7 @@ def put_entry(entry: dict[str, Any], store_path: Path) -> None:
     path = cache_path(store_path)
     entries = json.loads(path.read_text()) if path.is_file() else {}
     entries[_key(entry["check"], entry["params"])] = entry
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    partial.replace(path)
+    write_whole(path, json.dumps(entries, indent=1, sort_keys=True))
 
 
 def cached(check: str, params: dict[str, Any], store_path: Path, refresh: bool = False,

@@ -96,7 +96,7 @@ def reproduce(
         if overrides and all(c.kind == "theory" for c in claims):
             raise ConfigError(f"--set changes the runs of learned claims; {', '.join(c.id for c in claims)} "
                               f"{'is a theory claim' if len(claims) == 1 else 'are theory claims'} with none")
-        if write_evidence and overrides and evidence_dir is None:
+        if write_evidence and overrides and _is_shipped(evidence_dir):
             raise ConfigError("--write-evidence with --set would replace the shipped evidence with overridden runs; "
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
         evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
@@ -113,7 +113,7 @@ def reproduce(
             if with_model is None:
                 require_folder(out_dir)
             if write_evidence:
-                require_folder(evidence_dir, flag="--evidence-dir")
+                _require_evidence_files(claims, scale.value, evidence_dir)
         if resume_evidence and not list_only:
             db = _resume_from_evidence(claims, scale.value, evidence_dir, db, dry_run)
         plans = ([plan_claim(c, scale.value, db, overrides, reuse, settle_ties) for c in claims]
@@ -175,12 +175,32 @@ def _refuse_unused(ctx: typer.Context, evidence: bool, with_model: bool, list_on
         raise ConfigError(f"{mode} does not use {', '.join(unused)}; allowed with it: {allowed}")
 
 
+def _is_shipped(evidence_dir: Optional[Path]) -> bool:
+    """Whether ``--evidence-dir`` (None: not given) names the evidence folder sepbench ships from."""
+    from sepbench.claims import evidence as shipped
+
+    return evidence_dir is None or evidence_dir.resolve() == shipped.default_root().resolve()
+
+
 def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
     """``--evidence-dir``, else the checkout's evidence; a folder to read from must exist."""
     from sepbench.claims import evidence as shipped
 
     root = given if given is not None else shipped.default_root()
     return shipped.require_root(root) if must_exist else root
+
+
+def _require_evidence_files(claims: Sequence[Claim], scale: str, evidence_dir: Path) -> None:
+    """Raise ConfigError unless every claim's evidence file can be written: its scale folder is, or can be made, a
+    folder, and no folder stands where a file goes."""
+    from sepbench.claims import evidence as shipped
+
+    require_folder(evidence_dir / scale, given=evidence_dir, flag="--evidence-dir")
+    for claim in claims:
+        path = shipped.path_for(evidence_dir, scale, claim.id)
+        if path.is_dir():
+            raise ConfigError(f"--evidence-dir {evidence_dir}: {path} is a folder, where the evidence of {claim.id} "
+                              "goes; allowed: a folder whose <scale>/<claim>.jsonl are files or absent")
 
 
 def _writing_evidence(advance: OnResult, claims: Sequence[Claim], scale: str, db: Store, evidence_dir: Path,
@@ -196,7 +216,7 @@ def _writing_evidence(advance: OnResult, claims: Sequence[Claim], scale: str, db
         advance(result)
         for claim in learned:
             if result.config_hash in runs_of[claim.id]:
-                _say_dropped(claim, shipped.write(claim, scale, db, evidence_dir, overrides).dropped, db)
+                _say_dropped(claim, shipped.write(claim, scale, db, evidence_dir, overrides).dropped, overrides)
 
     return advance_and_write
 
@@ -208,13 +228,14 @@ def _write_evidence(claims, scale: str, db, evidence_dir: Path, overrides) -> No
     for claim in claims:
         path, count, dropped = shipped.write(claim, scale, db, evidence_dir, overrides)
         say(f"evidence: {counted(count, 'record')} in {path}" if count else f"evidence: nothing stored for {claim.id}")
-        _say_dropped(claim, dropped, db)
+        _say_dropped(claim, dropped, overrides)
 
 
-def _say_dropped(claim: Claim, dropped: int, db: Store) -> None:
+def _say_dropped(claim: Claim, dropped: int, overrides: dict[str, Any]) -> None:
     if dropped:
-        warn(f"evidence of {claim.id}: {counted(dropped, 'run')} of the file before left out, not runs of the "
-             f"claim's current spec or not in {db.path} (--resume-evidence keeps the shipped ones)")
+        spec = "the claim's spec (with --set)" if overrides else "the claim's spec"
+        warn(f"evidence of {claim.id}: {counted(dropped, 'run')} of the file before left out: {spec} no longer "
+             "names them")
 
 
 def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: bool):
@@ -242,7 +263,22 @@ def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: b
     missing = shipped.load(claims, scale, evidence_dir, db, keep_stored=True)
     say(f"resumed from the shipped evidence of {len(claims) - len(missing)} of {counted(len(claims), 'claim')} in "
         f"{evidence_dir / scale}")
+    _note_other_code(claims, scale, db)
     return db
+
+
+def _note_other_code(claims: Sequence[Claim], scale: str, db: Store) -> None:
+    """One line when runs of ``claims`` in the store were trained by other code than this: they count as current."""
+    from sepbench.train.environment import code_version
+
+    stored = db.stored()
+    here = code_version()
+    hashes = {cfg.config_hash() for c in claims if c.kind != "theory" and c.at(scale).not_run is None
+              for cfg in c.configs(scale)}
+    other = sum(1 for h in hashes if h in stored and stored[h][1] != here)
+    if other:
+        warn(f"note: {counted(other, 'stored run')} of these claims came from other code than this one "
+             f"({here}); they count as current, as shipped runs keep the code that trained them")
 
 
 def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
