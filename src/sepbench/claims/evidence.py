@@ -76,7 +76,7 @@ def records(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | 
 class Written(NamedTuple):
     path: Path
     count: int
-    """Records written; none when the store holds nothing for the claim (the file is left as it was)."""
+    """Records written; none when neither the store nor the file holds any of the claim's (nothing is written)."""
     dropped: int
     """Runs of the file before that this write left out, because the claim's spec no longer names them."""
 
