@@ -99,11 +99,24 @@ def running_rows(running: Sequence[Running]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUNNING)
 
 
+def ran_its_budget(result: RunResult) -> bool:
+    """The run trained every step: completed, or solved without an early stop (a run that reaches its
+    ``train.threshold`` with ``early_stop`` off is stored as solved and trains on)."""
+    train = result.config.train
+    return result.status == "completed" or (result.status == "solved" and
+                                            (not train.early_stop or result.steps >= train.steps))
+
+
+def stopped_early(result: RunResult) -> bool:
+    """The run stopped at its ``train.threshold`` before its last step, so its accuracy is where it stopped."""
+    return result.status == "solved" and not ran_its_budget(result)
+
+
 def stopped_short(results: Sequence[RunResult], threshold: float) -> list[RunResult]:
     """Runs that stopped early at a ``train.threshold`` below ``threshold`` without reaching it: judged at
     ``threshold`` they read unsolved because of their own early stop, not because the model could go no further."""
-    return [r for r in results if r.status == "solved" and r.config.train.early_stop
-            and r.config.train.threshold < threshold and r.metrics.get("accuracy", 0.0) < threshold]
+    return [r for r in results if stopped_early(r) and r.config.train.threshold < threshold
+            and r.metrics.get("accuracy", 0.0) < threshold]
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:

@@ -60,12 +60,13 @@ from typing import Callable, Sequence
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
-from sepbench.claims.learning import learning_reason, stopped_early, trend
+from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, STOPPED_EARLY,
                                       Outcome, Point, combine, compare_verdict, level_verdict)
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
 from sepbench.config import RunConfig
+from sepbench.results import TRAINED, stopped_early
 from sepbench.train.result import RunResult
 from sepbench.wording import counted
 
@@ -356,7 +357,7 @@ def _fast_runs_short(results: Sequence[RunResult], picked: Sequence[RunResult], 
     """The fast side's runs that never reached ``threshold`` and whose rise could change that: the picked rate's,
     and any other rate's leaving its level (with every rate a seed short, the pick is a tie)."""
     hashes = {r.config_hash for r in picked}
-    return [r for r in results if r.status in ("solved", "completed") and _steps_to(r, threshold) == INF
+    return [r for r in results if r.status in TRAINED and _steps_to(r, threshold) == INF
             and (r.config_hash in hashes or _leaving_its_level(r))]
 
 

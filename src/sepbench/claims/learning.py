@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from sepbench.claims.verdicts import STILL_LEARNING, TOO_FEW_EVALUATIONS
+from sepbench.results import ran_its_budget
 from sepbench.sweep.ties import evaluation_noise
 from sepbench.train.result import RunResult
 from sepbench.wording import counted
@@ -100,19 +101,6 @@ def _fit(steps: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
     spread = float(np.sum((steps - steps.mean()) ** 2))
     error = math.sqrt(float(np.sum(residuals**2)) / dof / spread) if spread > 0 else math.inf
     return float(slope), float(intercept), error
-
-
-def ran_its_budget(result: RunResult) -> bool:
-    """The run trained every step: completed, or solved without an early stop (a run that reaches its
-    ``train.threshold`` with ``early_stop`` off is stored as solved and trains on)."""
-    train = result.config.train
-    return result.status == "completed" or (result.status == "solved" and
-                                            (not train.early_stop or result.steps >= train.steps))
-
-
-def stopped_early(result: RunResult) -> bool:
-    """The run stopped at its ``train.threshold`` before its last step, so its accuracy is where it stopped."""
-    return result.status == "solved" and not ran_its_budget(result)
 
 
 def trend(result: RunResult) -> Trend | None:

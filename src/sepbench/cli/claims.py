@@ -120,6 +120,10 @@ def reproduce(
                  if not list_only else [])
         if not dry_run:
             require_devices(cfg.device for p in plans for cfg in p.todo)
+    stale = sum(p.stale_kept for p in plans)
+    if stale:
+        warn(f"note: {counted(stale, 'stored run')} of these claims came from other code than this one; they count "
+             "as current, as shipped runs keep the code that trained them")
     if list_only:
         _print_catalogue(claims, scale.value)
         return
@@ -263,22 +267,7 @@ def _resume_from_evidence(claims, scale: str, evidence_dir: Path, db, dry_run: b
     missing = shipped.load(claims, scale, evidence_dir, db, keep_stored=True)
     say(f"resumed from the shipped evidence of {len(claims) - len(missing)} of {counted(len(claims), 'claim')} in "
         f"{evidence_dir / scale}")
-    _note_other_code(claims, scale, db)
     return db
-
-
-def _note_other_code(claims: Sequence[Claim], scale: str, db: Store) -> None:
-    """One line when runs of ``claims`` in the store were trained by other code than this: they count as current."""
-    from sepbench.train.environment import code_version
-
-    stored = db.stored()
-    here = code_version()
-    hashes = {cfg.config_hash() for c in claims if c.kind != "theory" and c.at(scale).not_run is None
-              for cfg in c.configs(scale)}
-    other = sum(1 for h in hashes if h in stored and stored[h][1] != here)
-    if other:
-        warn(f"note: {counted(other, 'stored run')} of these claims came from other code than this one "
-             f"({here}); they count as current, as shipped runs keep the code that trained them")
 
 
 def _from_evidence(claims, scale: str, evidence_dir: Path, store: Optional[Path]) -> None:
