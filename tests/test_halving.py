@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import ConfigError, apply_overrides
-from sepbench.sweep import SweepSpec
+from sepbench.sweep import Reuse, SweepSpec
 from sepbench.sweep.halving import Rung, _Run, halve_cell, lr_score, planned_steps, rank, run_halving, schedule
 from sepbench.sweep.search import SolvedRule, min_width_table, select_lr
 from sepbench.train import EvalPoint, RunResult, train
@@ -154,6 +154,25 @@ def test_a_killed_search_resumes_without_training_the_stored_rung_again(halved, 
     assert summary(store) == summary(full)
     again = run_halving(configs, store)
     assert again.steps == 0 and not again.results and again.skipped == 8
+
+
+def test_retry_failed_trains_a_search_s_failed_runs_again_as_the_uninterrupted_search_ends(halved, tmp_path):
+    """A worker that dies stores its cell's unstored runs as failed: a cut one and a finalist here. The search
+    replays nothing for them until ``--retry-failed`` (``Reuse``) asks, and then ends as if nothing had failed."""
+    configs, full, _ = halved
+    store = Store(tmp_path / "runs.db")
+    results = full.results()
+    lost = [next(r for r in results if r.status == "pruned"), next(r for r in results if r.status != "pruned")]
+    for result in results:
+        store.put(result.model_copy(update={"status": "failed", "error": "the worker died"})
+                  if result in lost else result)
+    kept = run_halving(configs, store)
+    assert kept.steps == 0 and not kept.results and {store.get(r.config_hash).status for r in lost} == {"failed"}
+    retried = run_halving(configs, store, reuse=Reuse(retry_failed=True))
+    assert sorted(r.config_hash for r in retried.results) == sorted(r.config_hash for r in lost)
+    assert retried.skipped == len(configs) - len(lost)
+    summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
+    assert summary(store) == summary(full)
 
 
 def test_a_run_that_trained_to_the_budget_is_stored_before_its_cell_ends(halved, tmp_path, monkeypatch):

@@ -185,7 +185,7 @@ def train_claims(claims: Sequence[Claim], scale: str, store: Store, overrides: d
                 hashes = {cfg.config_hash() for cfg in runs} - claim_plan.settled
                 if hashes & todo and not hashes <= searched:
                     run_halving(runs, store, workers=workers, eta=spec.halving_eta, on_result=on_result,
-                                finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
+                                finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties, reuse=reuse)
                     searching = True
                 halved |= hashes
             searched |= halved

@@ -8,7 +8,7 @@ from typing import Callable
 
 from sepbench.config import ConfigError, RunConfig
 from sepbench.store import Store
-from sepbench.sweep.executors import Backend, OnResult, Plan, Reuse, plan, run_sweep, unstored
+from sepbench.sweep.executors import Backend, OnResult, Plan, Reuse, plan, run_sweep
 from sepbench.sweep.interrupts import FinishedRuns, SweepInterrupted
 from sepbench.sweep.pool import warm_pool
 from sepbench.sweep.spec import SweepSpec
@@ -26,8 +26,11 @@ class SpecPlan:
     plan: Plan
     """which of them train and which the store answers"""
     group_size: int
-    trains: list[RunConfig]
-    """the runs whose results come, one each: ``plan.todo``, or for halving every run the store lacks"""
+
+    @property
+    def trains(self) -> list[RunConfig]:
+        """The runs whose results come, one each (a halving search stores a cut run as pruned)."""
+        return self.plan.todo
 
     @property
     def halving(self) -> bool:
@@ -91,8 +94,7 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
                 raise ConfigError("lr_search: halving runs on the local backend only; use --backend local")
             todo = plan(configs, store, reuse, halving=halving)
             finished = FinishedRuns(store, todo.todo)
-            planned = SpecPlan(spec, configs, todo, _group_size(group_size, todo.todo),
-                               unstored(configs, store) if halving else todo.todo)
+            planned = SpecPlan(spec, configs, todo, _group_size(group_size, todo.todo))
             if on_plan is not None:
                 on_plan(planned)
             outcome = SpecOutcome(planned)
@@ -106,7 +108,7 @@ def run_spec(spec: SweepSpec, store: Store, *, workers: int = 1, backend: Backen
                 from sepbench.sweep.halving import run_halving
 
                 halved = run_halving(configs, store, workers=workers, eta=spec.halving_eta, on_result=collect,
-                                     finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties)
+                                     finalists=spec.halving_finalists, keep_ties=spec.halving_keep_ties, reuse=reuse)
                 outcome.results, outcome.seconds, outcome.steps = halved.results, halved.seconds, halved.steps
                 return outcome
             try:

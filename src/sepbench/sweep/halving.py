@@ -13,11 +13,11 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, failed_result
+from sepbench.sweep.executors import OnResult, Reuse, failed_result, plan
 from sepbench.sweep.cells import cell_key
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.ties import mean_and_variance, within_noise
@@ -205,7 +205,7 @@ def tied_with_kept(candidates: Sequence[float], kept: Sequence[float], results: 
 
 def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
                on_result: OnResult | None = None, finalists: int = FINALISTS,
-               keep_ties: bool = False) -> HalvingOutcome:
+               keep_ties: bool = False, retrain: Collection[str] = ()) -> HalvingOutcome:
     """Successive halving over the learning rates of one cell (its configs differ only in lr and seed).
 
     Stored runs are read instead of trained, so a rerun replays the decisions already taken and trains only
@@ -213,12 +213,14 @@ def halve_cell(configs: Sequence[RunConfig], store: Store, eta: float = 2.0,
     learning rate has solved and early-stopped, it wins and the others stop at that rung. At the budget nothing is
     cut: each run there is stored the moment it finishes, so a kill loses no run that trained in full. With ``keep_ties``, a
     rung also keeps every rate tied with the worst one it keeps (``tied_with_kept``), so a cell where no rate has
-    learned yet trains on whole; rates stored as cut by an earlier search stay cut.
+    learned yet trains on whole; rates stored as cut by an earlier search stay cut. The stored runs of ``retrain``
+    (config hashes: failed, stale or forced runs a ``Reuse`` trains again) train as if unstored.
     """
     outcome = HalvingOutcome(total=len(configs), skipped=0)
     lrs = list(dict.fromkeys(float(cfg.train.lr) for cfg in configs))
-    runs = {lr: [_Run(cfg, store.get(cfg.config_hash()), Keeping.beside(store)) for cfg in configs
-                 if cfg.train.lr == lr] for lr in lrs}
+    keeping = Keeping.beside(store)
+    runs = {lr: [_Run(cfg, None if cfg.config_hash() in retrain else store.get(cfg.config_hash()), keeping)
+                 for cfg in configs if cfg.train.lr == lr] for lr in lrs}
     outcome.skipped = sum(run.stored is not None for group in runs.values() for run in group)
     protocol = configs[0].train
 
@@ -277,27 +279,27 @@ def group_cells(configs: Sequence[RunConfig]) -> list[list[RunConfig]]:
     return list(cells.values())
 
 
-def _halve_in_worker(configs_json: list[str], store_path: str, eta: float,
-                     finalists: int, keep_ties: bool) -> tuple[list[str], int, dict[str, int]]:
+def _halve_in_worker(configs_json: list[str], store_path: str, eta: float, finalists: int, keep_ties: bool,
+                     retrain: list[str]) -> tuple[list[str], int, dict[str, int]]:
     cell = halve_cell([RunConfig.model_validate_json(c) for c in configs_json], Store(store_path), eta,
-                      finalists=finalists, keep_ties=keep_ties)
+                      finalists=finalists, keep_ties=keep_ties, retrain=set(retrain))
     return [r.model_dump_json() for r in cell.results], cell.steps, cell.cut_at
 
 
 def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, eta: float = 2.0,
                 on_result: OnResult | None = None, finalists: int = FINALISTS,
-                keep_ties: bool = False) -> HalvingOutcome:
+                keep_ties: bool = False, reuse: Reuse = Reuse()) -> HalvingOutcome:
     """Successive halving in every cell of ``configs``; cells run in parallel on ``workers`` processes.
 
     Each run is stored the moment its learning rate is cut or it finishes at the budget (a rate that wins before the
-    budget: when its cell ends), so a killed search resumes.
+    budget: when its cell ends), so a killed search resumes. A cell whose runs are all stored replays nothing,
+    unless ``reuse`` trains some of them again (failed ones, as a dead worker leaves them, stale ones or all).
     """
     start = time.perf_counter()
     outcome = HalvingOutcome(total=len(configs), skipped=0)
-    cells = group_cells(configs)
-    stored = set(store.query().config_hash) if store.path.exists() else set()
-    todo = [cell for cell in cells if any(cfg.config_hash() not in stored for cfg in cell)]
-    outcome.skipped = sum(cfg.config_hash() in stored for cfg in configs)
+    to_train = {cfg.config_hash() for cfg in plan(configs, store, reuse, halving=True).todo}
+    todo = [cell for cell in group_cells(configs) if any(cfg.config_hash() in to_train for cfg in cell)]
+    outcome.skipped = len(configs) - len(to_train)
 
     def collect(result: RunResult) -> None:
         outcome.results.append(result)
@@ -306,7 +308,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
 
     if workers == 1 or len(todo) <= 1:
         for cell in todo:
-            done = halve_cell(cell, store, eta, collect, finalists, keep_ties)
+            done = halve_cell(cell, store, eta, collect, finalists, keep_ties, to_train)
             outcome.steps += done.steps
             outcome.cut_at.update(done.cut_at)
     else:
@@ -316,7 +318,8 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                                  initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
                 stopped_on_interrupt(pool):
             futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta, finalists,
-                                   keep_ties): cell for cell in todo}
+                                   keep_ties, [c.config_hash() for c in cell if c.config_hash() in to_train]): cell
+                       for cell in todo}
             remaining = set(futures)
             while remaining:
                 finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)

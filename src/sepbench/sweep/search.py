@@ -243,7 +243,7 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
             from sepbench.sweep.halving import FINALISTS, run_halving
 
             outcome = run_halving(every, store, workers=workers, eta=eta, on_result=on_result,
-                                  finalists=finalists or FINALISTS)
+                                  finalists=finalists or FINALISTS, reuse=reuse)
             search.steps += outcome.steps
         else:
             outcome = run_sweep(every, store, workers=min(workers, len(every)), on_result=on_result, reuse=reuse,
