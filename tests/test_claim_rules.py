@@ -765,22 +765,48 @@ def test_a_table_of_several_claims_shows_three_reasons_a_condition_and_says_wher
     assert "inconclusive: r4" in alone and "more reason" not in alone
 
 
-def test_a_cut_rate_a_settling_trained_on_some_seeds_only_is_not_counted_as_trained_in_full():
-    from sepbench.claims.groups import rates_counted
+def test_a_cut_rate_a_settling_trained_on_some_seeds_only_is_neither_ranked_nor_counted_as_trained_in_full():
+    """lr 1e-3's seeds 0 and 1 trained in full lead every rate, but its seed 2 is still cut: the pick is the best
+    rate trained in full on every seed, not a mean over two seeds of a rate the search may yet rank otherwise."""
+    from sepbench.claims.groups import Slot, group_point
 
     (claim,) = select(None, "dyck-depth")
     cell = [c for c in claim.configs("cpu", EVAL) if c.model.name == "transformer" and c.model.layers == 2]
     runs = [_run(c, [(500, 0.5, 0.69), (1000, 0.5, 0.69)], status="pruned") if c.train.lr < 1e-5
-            or (c.train.lr == 1e-3 and c.seed == 2) else _run(c, [(2000, 0.9, 0.1), (4000, 0.95, 0.05)])
+            or (c.train.lr == 1e-3 and c.seed == 2)
+            else _run(c, [(2000, 0.9, 0.1), (4000, 0.99 if c.train.lr == 1e-3 else 0.95 - c.train.lr, 0.05)])
             for c in cell]
-    trained: dict[float, list] = {}
-    for run in runs:
-        if run.status == "completed":
-            trained.setdefault(run.config.train.lr, []).append(run)
-    assert len(trained) == 6 and len(trained[1e-3]) == 2
-    assert rates_counted(runs, trained) == "6 lr trained, 5 in full (7 searched)"
-    settled = {lr: group for lr, group in trained.items() if lr != 1e-3}
-    assert rates_counted([r for r in runs if r.config.train.lr != 1e-3], settled) == "5 lr trained in full (6 searched)"
+    point = group_point(Slot(cell, runs), "TF-2", 200, [], "best")
+    assert point.member == "transformer-(2, 64) lr 5e-05" and point.values == [pytest.approx(0.95 - 5e-5)] * 3
+    assert point.detail == ", best of 5 lr trained in full (7 searched)"
+
+
+def test_a_half_settled_rate_that_leads_on_its_settled_seed_is_settled_in_full(tmp_path, monkeypatch):
+    """A settling stopped after one seed of TF-(1, 256)'s tied lr 1e-2, which ended above the rates trained in
+    full: the condition waits on that rate's other seeds, and ``--settle-ties`` trains them."""
+    import sepbench.claims.reproduce as reproduce
+
+    (claim,) = select(None, "dyck-depth")
+    configs = claim.configs("cpu", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        store.put(_searched(cfg, (1e-3, 5e-3), 0.5, 0.5, 0.6))
+    half = [cfg for cfg in configs if cfg.model.name == "transformer" and cfg.model.layers == 1
+            and cfg.train.lr == 1e-2]
+    store.put(_run(half[0], [(250, 0.5, 0.69), (500, 0.5, 0.69)] + [(s, 0.7, 0.5) for s in range(750, 4001, 250)]))
+    waiting = set().union(*(o.waits_on for o in evaluate_runs(claim, "cpu", configs,
+                                                              {r.config_hash: r for r in store.results()})))
+    assert {c.config_hash() for c in half[1:]} <= waiting
+    rounds = []
+
+    def trained(todo, db, **_):
+        rounds.append(sorted((cfg.model.name, cfg.model.layers, cfg.train.lr, cfg.seed) for cfg in todo))
+        for cfg in todo:
+            db.put(_run(cfg, [(s, 0.5, 0.69) for s in range(250, 4001, 250)]))
+
+    monkeypatch.setattr(reproduce, "run_sweep", trained)
+    reproduce.train_claims([claim], "cpu", store, EVAL, settle_ties=True)
+    assert all(store.get(c.config_hash()).status == "completed" for c in half), rounds
 
 
 def _evaluate_with(tmp_path, claim_id, make_run, overrides):

@@ -57,15 +57,18 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
     """The group's value at one length: per member its best cell at its best learning rate (its ``rank``-th best
     with ``rank`` > 1, rates ranked by mean ``value``); the best or worst member by ``score`` (the mean unless
     given) of ``value`` over the seeds of that learning rate. A run without a value (NaN: no accuracy stored, or
-    none evaluated by the step read) counts as one not trained."""
+    none evaluated by the step read) counts as one not trained. A rate a search cut on some seed (a settling of its
+    tie stopped part-way) is not ranked on the seeds trained since: it stays a cut, which a verdict may wait on
+    (``claims.ties``)."""
     members: dict[str, tuple[float, list[RunResult], str, str]] = {}
     by_cell: dict[str, list[RunResult]] = {}
     for result in slot.results:
         by_cell.setdefault(cell_key(result.config), []).append(result)
     for runs in by_cell.values():
+        cut = {r.config.train.lr for r in runs if r.status == "pruned"}
         by_lr: dict[float, list[RunResult]] = {}
         for r in runs:
-            if r.status in TRAINED and not math.isnan(value(r)):
+            if r.status in TRAINED and r.config.train.lr not in cut and not math.isnan(value(r)):
                 by_lr.setdefault(r.config.train.lr, []).append(r)
         ranked = sorted(by_lr.items(), key=lambda item: (-np.mean([value(r) for r in item[1]]), item[0]))
         if len(ranked) < rank:
@@ -88,15 +91,12 @@ def mean_of(values: Sequence[float]) -> float:
 
 
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
-    """The learning rates a pick was made among, those with trained seeds, and how many of them no search cut on
-    any seed (a settling can stop once a condition is decided, leaving a cut rate trained on some seeds only)."""
+    """The learning rates a pick was made among (``trained``: none of them cut on any seed) and, where a search
+    cut others, how many it searched."""
     cut = {r.config.train.lr for r in runs if r.status == "pruned"}
-    full, searched = set(trained) - cut, set(trained) | cut
     if not cut:
         return f"{len(trained)} lr"
-    if len(full) == len(trained):
-        return f"{len(full)} lr trained in full ({len(searched)} searched)"
-    return f"{len(trained)} lr trained, {len(full)} in full ({len(searched)} searched)"
+    return f"{len(trained)} lr trained in full ({len(set(trained) | cut)} searched)"
 
 
 def _ordinal(rank: int) -> str:
