@@ -7,8 +7,9 @@ from sepbench import RunConfig, Store, build_model, build_task
 from sepbench.models.accounting import measure_flops
 from sepbench.cli import app
 from sepbench.config import apply_overrides
-from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, fit_log_law, fit_power_law, min_flops_table,
-                                   min_width_table, runs_frame, search_min_width, select_lr, smallest_solving)
+from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, estimate_paper_flops, fit_log_law,
+                                   fit_power_law, min_flops_table, min_width_table, runs_frame, search_min_width,
+                                   select_lr, smallest_solving)
 from sepbench.train import RunResult
 
 runner = CliRunner()
@@ -130,7 +131,16 @@ def test_min_flops_picks_the_cheapest_solving_size():
     (row,) = min_flops_table(runs).to_dict("records")
     assert row["width"] == 16 and row["gflops"] == pytest.approx(estimate_forward_flops(runs[3].config) / 1e9)
     assert estimate_forward_flops(runs[6].config) > estimate_forward_flops(runs[3].config) > 0
-    assert row["paper_gflops"] == pytest.approx((12 + 2) * (2 * 1 * 12 * 16**2 + 1.4e4) / 1e9)  # Yang et al. Table 2
+    tokens = build_task("index_lookup", 12, runs[3].config.task.options).max_seq_len()
+    assert row["paper_gflops"] == pytest.approx((tokens + 2) * (2 * 1 * 12 * 16**2 + 1.4e4) / 1e9)  # Table 2
+
+
+@pytest.mark.parametrize("size, width, gflops", [(10, 128, 0.266), (16, 128, 0.605)])
+def test_the_paper_s_flops_of_a_cot_run_are_table_2_s_at_its_cot_length(size, width, gflops):
+    """Yang et al. 2024, Table 2: TF-(3, 128) on Arithmetic with 10 and 16 operators (CoT lengths 221 and 505)."""
+    cfg = RunConfig.build({"task": {"name": "arithmetic", "length": size},
+                           "model": {"name": "transformer", "width": width, "layers": 3}})
+    assert round(estimate_paper_flops(cfg) / 1e9, 3) == gflops
 
 
 def test_forward_flops_grow_with_length_and_width():

@@ -419,10 +419,13 @@ def estimate_forward_flops(config: RunConfig, length: int | None = None) -> int:
 
 
 def estimate_paper_flops(config: RunConfig) -> float:
-    """FLOPs as Yang et al. 2024 count them in Table 2 (no attention term; see ``accounting.paper_flops``)."""
+    """FLOPs as Yang et al. 2024 count them in Table 2 (no attention term; see ``accounting.paper_flops``), over
+    the task's whole sequence at size N (a CoT task's longest CoT, Table 2's L), not over N."""
     from sepbench.models.accounting import paper_flops
+    from sepbench.tasks import build_task
 
-    return paper_flops(config.model.name, config.model.width, config.model.layers, config.task.length)
+    tokens = build_task(config.task.name, config.task.length, config.task.options).max_seq_len()
+    return paper_flops(config.model.name, config.model.width, config.model.layers, tokens)
 
 
 def min_flops_table(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None)) -> pd.DataFrame:
