@@ -368,6 +368,26 @@ def test_growth_order_compares_growth_factors_across_tasks(tmp_path, lis_large, 
     assert order.verdict == verdict, order.evidence + order.reasons
 
 
+def test_two_widths_beyond_the_grid_have_no_order():
+    from sepbench.claims.verdicts import INF, at_most_verdict, order_verdict
+
+    assert order_verdict([INF], [96, INF]) == INCONCLUSIVE and at_most_verdict([96, INF], [INF]) == INCONCLUSIVE
+    assert order_verdict([64], [INF]) == REPRODUCED and order_verdict([INF], [64]) == NOT_REPRODUCED
+    assert at_most_verdict([64], [96, INF]) == REPRODUCED and at_most_verdict([INF], [96]) == NOT_REPRODUCED
+
+
+def test_growth_beyond_the_grid_on_both_tasks_is_no_order(tmp_path):
+    """No width solves the largest size of either task: both growths are past the grid, neither known larger."""
+    def make(cfg):
+        small = (cfg.task.name, cfg.task.length) in {("edit_distance", 4), ("lis", 6)}
+        if small and cfg.model.width >= 64:
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.95, 0.1)], status="solved")
+        return _run(cfg, [(s, 0.2, 2.0) for s in STEPS])
+
+    _, (order,) = _evaluate(tmp_path, "yang-locality-order", make)
+    assert order.verdict == INCONCLUSIVE, order.evidence + order.reasons
+
+
 def test_exploratory_claims_stay_out_of_the_tally():
     r1, learned = select(None, ["deng-learned", "deng-r1"])  # catalogue order
     verdicts = [ClaimVerdict(learned, "quick", NOT_REPRODUCED, []), ClaimVerdict(r1, "quick", REPRODUCED, [])]
@@ -412,6 +432,20 @@ def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdi
     assert linear.verdict == verdict, linear.evidence + linear.reasons
     if verdict == INCONCLUSIVE:
         assert any("width 64: still learning at 1500 steps" in r for r in linear.reasons), linear.reasons
+
+
+def test_an_unsolved_width_whose_rising_seeds_could_not_make_k_of_m_is_decided(tmp_path):
+    """Solved = 2 of 3 seeds: one seed still rising beside two flat far below cannot make it, nor can a seed
+    already past the line whose loss still falls."""
+    def make(cfg):
+        if cfg.model.width == 96 or (cfg.task.name == "ed_local" and cfg.model.width == 64):
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.95, 0.1)], status="solved")
+        if cfg.task.name == "edit_distance" and cfg.model.width == 64 and cfg.seed == 0:
+            return _run(cfg, RISING)
+        return _run(cfg, [(s, 0.2, 2.0) for s in STEPS])
+
+    _, (linear, _) = _evaluate(tmp_path, "yang-ed-local", make)
+    assert linear.verdict == REPRODUCED, linear.evidence + linear.reasons
 
 
 def test_a_diverged_learning_rate_beside_one_that_trained_is_a_losing_one(tmp_path):

@@ -172,16 +172,30 @@ def test_yang_width_conditions_on_stored_runs(tmp_path):
     assert evaluate_runs(claim, "quick", configs, results)[1].verdict == INCONCLUSIVE
 
 
-def test_fixed_width_fails_when_every_width_misses_a_size(tmp_path):
+def test_fixed_width_fails_when_every_width_up_to_its_bound_misses_a_size(tmp_path):
+    """At the paper scale (widths 32-512) Standard solves Arithmetic 6 only at 256 and the larger sizes only up to
+    128: no width <= 256 solves every size."""
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("paper", SMOKE)
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs, lambda c: 0.95 if c.task.name != "arithmetic" or c.model.width > 256
+                or (c.model.width == 256 if c.task.length == 6 else c.model.width <= 128) else 0.3)
+    fixed = evaluate_runs(claim, "paper", configs, {r.config_hash: r for r in store.results()})[1]
+    assert fixed.verdict == NOT_REPRODUCED, fixed.evidence + fixed.reasons
+    assert any("transformer/arithmetic: every width <= 256" in e for e in fixed.evidence), fixed.evidence
+
+
+def test_fixed_width_below_its_bound_is_open_where_the_grid_ends_short_of_it(tmp_path):
+    """The quick grid ends at 96: every width it tried missing a size leaves 128 and 256 untried, not refuted."""
     (claim,) = select("yang2024", "yang-width-flops")
     configs = claim.configs("quick", SMOKE)
     store = Store(tmp_path / "s.db")
-    # Standard solves arithmetic 2 only at 96 and 3 only at 32-64: no one width solves both sizes
+    # Standard solves arithmetic 2 only at 96 and 3 only at 32-64: no width tried solves both sizes
     _store_runs(store, configs, lambda c: 0.95 if (c.task.length, c.model.width) in {(2, 96), (3, 32), (3, 64)}
                 or c.task.name != "arithmetic" else 0.3)
     fixed = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})[1]
-    assert fixed.verdict == NOT_REPRODUCED
-    assert any("transformer/arithmetic: every width <= 256" in e for e in fixed.evidence), fixed.evidence
+    assert fixed.verdict == INCONCLUSIVE
+    assert "transformer/arithmetic: widths above 96 up to 256 are not in the grid" in fixed.reasons, fixed.reasons
 
 
 def test_fixed_width_waits_on_unsolved_runs_still_learning(tmp_path):

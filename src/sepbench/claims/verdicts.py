@@ -149,10 +149,11 @@ def level_verdict(values: Sequence[float], threshold: float, direction: str = "a
 
 
 def order_verdict(lower: Sequence[float], higher: Sequence[float]) -> str:
-    """Whether every value ``lower`` may take is below every value ``higher`` may take (sets of possible values)."""
+    """Whether every value ``lower`` may take is below every value ``higher`` may take (sets of possible values;
+    ``INF``, beyond the grid, is no number: two of them have no known order)."""
     if max(lower) < min(higher):
         return REPRODUCED
-    if max(higher) <= min(lower):
+    if max(higher) <= min(lower) and max(higher) < INF:
         return NOT_REPRODUCED
     return INCONCLUSIVE
 
@@ -162,8 +163,8 @@ def flip(verdict: str) -> str:
 
 
 def at_most_verdict(lower: Sequence[float], higher: Sequence[float]) -> str:
-    """Whether every value ``lower`` may take is at most every value ``higher`` may take."""
-    if max(lower) <= min(higher):
+    """Whether every value ``lower`` may take is at most every value ``higher`` may take (``INF`` as above)."""
+    if max(lower) <= min(higher) and max(lower) < INF:
         return REPRODUCED
     if min(lower) > max(higher):
         return NOT_REPRODUCED

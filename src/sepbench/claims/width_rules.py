@@ -9,7 +9,7 @@ import pandas as pd
 from sepbench.claims.catalogue import (FixedWidth, FlopsOrder, GrowthOrder, MinWidthGrowth, MinWidthOrder,
                                        SolvedRuleFields)
 from sepbench.claims.groups import group_label, member_name, runs_in
-from sepbench.claims.learning import learning_reason
+from sepbench.claims.learning import learning_reason, still_learning, too_few_evaluations
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, Outcome, Point, combine, flip,
                                       order_verdict, weak_order_verdict)
 from sepbench.config import RunConfig
@@ -36,8 +36,8 @@ def possible_widths(verdicts: dict[int, str]) -> list[float]:
 
 def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str],
                   notes: list[str] | None = None) -> pd.DataFrame:
-    """``select_lr``'s cells with their ``member``; a cell decided unsolved whose best-learning-rate runs were still
-    learning counts as undecided (said in ``notes``)."""
+    """``select_lr``'s cells with their ``member``; a cell decided unsolved counts as undecided (said in ``notes``)
+    where enough of its best-learning-rate runs short of the line were still learning to make it solved."""
     cells = select_lr(results, rule)
     if cells.empty:
         return cells
@@ -50,7 +50,14 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
     for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
         if verdict != "unsolved":
             continue
-        reason = learning_reason([r for r in by_cell[cell] if r.config.train.lr == best_lr], rule.threshold)
+        runs = [r for r in by_cell[cell] if r.config.train.lr == best_lr]
+        cell_rule = rule.for_cell(runs[0].config.train.threshold)
+        short = [r for r in runs if not r.metrics.get("accuracy", 0.0) >= cell_rule.threshold]
+        rising = {r.config_hash for r, _ in still_learning(short)} | {r.config_hash for r in short
+                                                                      if too_few_evaluations(r)}
+        if len(runs) - len(short) + len(rising) < cell_rule.k:
+            continue
+        reason = learning_reason(short, cell_rule.threshold)
         if reason:
             verdicts[i] = "undecided"
             if notes is not None:
@@ -177,6 +184,12 @@ def fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
         if solving:
             outcome.evidence.append(f"{member}: width {min(solving)} solves N = {', '.join(map(str, sizes))}")
             verdicts.append(REPRODUCED)
+        elif len(ruled_out) == len(per_width) and max(per_width) < condition.max_width:
+            outcome.evidence.append(f"{member}: every width tried ({', '.join(map(str, sorted(per_width)))}) is "
+                                    f"unsolved at some N")
+            outcome.reasons.append(f"{member}: widths above {max(per_width)} up to {condition.max_width} are not in "
+                                   f"the grid")
+            verdicts.append(INCONCLUSIVE)
         elif len(ruled_out) == len(per_width):
             outcome.evidence.append(f"{member}: every width <= {condition.max_width} "
                                     f"({', '.join(map(str, sorted(per_width)))}) is unsolved at some N")
