@@ -172,6 +172,17 @@ def test_yang_width_conditions_on_stored_runs(tmp_path):
     assert evaluate_runs(claim, "quick", configs, results)[1].verdict == INCONCLUSIVE
 
 
+def test_flops_tied_at_the_smallest_width_say_no_budget_orders_them(tmp_path):
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("quick", SMOKE)
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs, lambda c: 0.95)
+    *_, flops_sparse, flops_linear = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+    assert flops_sparse.verdict == flops_linear.verdict == INCONCLUSIVE
+    assert "arithmetic N=2: transformer and linear_transformer both solve at the grid's smallest width: a tie that " \
+        "only narrower widths can order, whatever the budget" in flops_linear.reasons, flops_linear.reasons
+
+
 def test_fixed_width_fails_when_every_width_up_to_its_bound_misses_a_size(tmp_path):
     """At the paper scale (widths 32-512) Standard solves Arithmetic 6 only at 256 and the larger sizes only up to
     128: no width <= 256 solves every size."""
@@ -229,7 +240,11 @@ def test_a_tie_at_the_smallest_width_is_not_a_refutation(tmp_path):
 
     linear, sparse = outcome(lambda c: 32)  # both tasks solved at the smallest width tried, every size
     assert linear.verdict == sparse.verdict == INCONCLUSIVE
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [linear, sparse]).label == \
+        "inconclusive: tied at the grid's smallest width, which no budget orders"
     assert any("below the grid" in e for e in linear.evidence)
+    assert "N=4: both sides solve at the grid's smallest width, 32: a tie that only narrower widths can order, " \
+        "whatever the budget" in linear.reasons, linear.reasons
     linear, _ = outcome(lambda c: 32 if c.task.name == "ed_local" else 64 if c.task.length == 4 else 96)
     assert linear.verdict == REPRODUCED
     linear, _ = outcome(lambda c: 64)  # the same smallest width on both tasks, known exactly: no order

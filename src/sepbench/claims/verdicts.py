@@ -22,6 +22,7 @@ NO_EVIDENCE = "no evidence shipped"
 TOO_FEW_EVALUATIONS = "too few evaluations to tell"
 RUNS_MISSING = "missing (no result to judge)"
 STOPPED_EARLY = "stopped early at"
+GRID_BOTTOM_TIE = "a tie that only narrower widths can order, whatever the budget"
 INF = math.inf
 
 
@@ -116,6 +117,8 @@ class ClaimVerdict:
             return f"{INCONCLUSIVE}: seeds {STOPPED_EARLY} their train.threshold, short of the line"
         if any(SEEDS_STRADDLE in reason for o in self.outcomes for reason in o.reasons):
             return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, no deciding run still learning"
+        if any(GRID_BOTTOM_TIE in reason for reason in reasons):
+            return f"{INCONCLUSIVE}: tied at the grid's smallest width, which no budget orders"
         return self.verdict
 
 

@@ -10,8 +10,8 @@ from sepbench.claims.catalogue import (FixedWidth, FlopsOrder, GrowthOrder, MinW
                                        SolvedRuleFields)
 from sepbench.claims.groups import group_label, member_name, runs_in
 from sepbench.claims.learning import learning_reason, still_learning, too_few_evaluations
-from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, Outcome, Point, combine, flip,
-                                      order_verdict, weak_order_verdict)
+from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, Outcome, Point,
+                                      combine, flip, order_verdict, weak_order_verdict)
 from sepbench.config import RunConfig
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
 from sepbench.train.result import RunResult
@@ -19,6 +19,11 @@ from sepbench.train.result import RunResult
 
 BELOW_GRID = 0.0
 """A possible smallest solving width below the smallest width tried (the grid cannot tell it from that width)."""
+
+
+def _tied_at_the_grid_bottom(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Both sides solved at the grid's smallest width (each possible set: below the grid, or that width's value)."""
+    return BELOW_GRID in a and len(a) == 2 and list(a) == list(b)
 
 
 def possible_widths(verdicts: dict[int, str]) -> list[float]:
@@ -158,6 +163,9 @@ def min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunC
                 verdicts.append(INCONCLUSIVE)
             else:
                 pairs.append((side_a[n], side_b[n]))
+                if _tied_at_the_grid_bottom(side_a[n], side_b[n]):
+                    outcome.reasons.append(f"{where}N={n}: both sides solve at the grid's smallest width, "
+                                           f"{int(max(side_a[n]))}: {GRID_BOTTOM_TIE}")
         if pairs:
             verdicts.append(weak_order_verdict(pairs))
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
@@ -273,6 +281,9 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
                     pair_verdicts.append(INCONCLUSIVE)
                 else:
                     pair_verdicts.append(order_verdict(flops[low], flops[high]))
+                    if _tied_at_the_grid_bottom(flops[low], flops[high]):
+                        outcome.reasons.append(f"{task} N={n}: {low} and {high} both solve at the grid's smallest "
+                                               f"width: {GRID_BOTTOM_TIE}")
             verdicts.append(combine(pair_verdicts))
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts:
