@@ -22,8 +22,8 @@ BELOW_GRID = 0.0
 
 
 def _tied_at_the_grid_bottom(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Both sides solved at the grid's smallest width (each possible set: below the grid, or that width's value)."""
-    return BELOW_GRID in a and len(a) == 2 and list(a) == list(b)
+    """Both sides solved at their grid's smallest width (each possible set: below the grid, or that width's value)."""
+    return all(BELOW_GRID in side and len(side) == 2 for side in (a, b))
 
 
 def possible_widths(verdicts: dict[int, str]) -> list[float]:
