@@ -190,6 +190,19 @@ def test_a_checkpoint_taken_at_any_step_resumes_exactly(tmp_path):
         assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
 
 
+def test_a_run_resumed_from_the_checkpoint_it_stopped_at_trains_no_further(tmp_path):
+    """A halving search saves a run that stopped early at its threshold and stores it only when its learning
+    rate is closed; a process that dies in between resumes it from that checkpoint, stopped where it stopped."""
+    cfg = config(checkpoint_every=1e-9, steps=80, eval_every=20, early_stop=True, threshold=0.01)
+    stopped = Trainer(cfg, Keeping(tmp_path))
+    stopped.train_until(60)
+    assert stopped.stopped and stopped.result.steps == 20
+    checkpoint.save_trainer(stopped)
+    resumed = Trainer(cfg, Keeping(tmp_path))
+    assert resumed.stopped
+    assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
+
+
 def test_a_resumed_run_counts_the_cpu_seconds_of_both_stretches(tmp_path):
     cfg = config(checkpoint_every=1e-9, steps=40, eval_every=20)
     first = Trainer(cfg, Keeping(tmp_path))

@@ -224,10 +224,13 @@ class Trainer:
     def train_until(self, step_limit: int, on_eval: Callable[[EvalPoint], None] | None = None) -> RunResult:
         """Train on to ``step_limit`` (at most ``train.steps``) or an early stop; a later call goes on from there.
 
-        Stopping at a step and going on trains exactly as one uninterrupted run would.
+        Stopping at a step and going on trains exactly as one uninterrupted run would; a run that has stopped
+        (early-stopped or diverged, here or in the checkpoint it resumed from) trains no further.
         """
         cfg = self.config.train
         result = self._begin()
+        if self._stopped:
+            return result
         start = time.perf_counter()
         self._cpu_mark = time.process_time()
         self.model.train()
