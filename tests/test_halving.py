@@ -276,6 +276,15 @@ def test_pruned_runs_never_count_as_unsolved():
     assert select_lr(pruned).empty and min_width_table(pruned, SolvedRule(0.99, 1, 3)).empty
 
 
+def test_a_rate_cut_on_some_seed_is_not_ranked_on_the_seeds_trained_since():
+    full = [_result(1e-2, seed, "completed", [(10, 0.5), (40, a)]) for seed, a in enumerate([0.96, 0.97, 0.95])]
+    part = [_result(1e-3, 0, "pruned", [(10, 0.3)]), _result(1e-3, 1, "pruned", [(10, 0.3)]),
+            _result(1e-3, 2, "completed", [(10, 0.3), (40, 0.99)])]
+    (cell,) = select_lr(full + part, SolvedRule(0.95, 3, 3)).itertuples()
+    assert (cell.best_lr, cell.learning_rates, cell.seeds, cell.verdict) == (1e-2, 1, 3, "solved")
+    assert cell.best_accuracy == pytest.approx(0.96)
+
+
 @pytest.mark.parametrize("data, fragment", [
     ({"lr_search": "foo"}, "lr_search: Input should be 'grid' or 'halving'"),
     ({"lr_grid": None}, "lr_search: halving needs an lr_grid"),

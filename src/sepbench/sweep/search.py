@@ -104,9 +104,11 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None))
     cell none of whose runs trained has verdict 'failed' (its accuracies NaN). ``verdict`` is the rule's at the best
     learning rate ('solved', 'unsolved', 'undecided' while too few seeds are stored, or 'failed'); ``reason`` says
     why a cell is undecided or failed, and ``failure`` names the statuses of a failed cell's runs. Runs pruned by a
-    learning-rate search are left out: they are neither the best nor unsolved.
+    learning-rate search are left out: they are neither the best nor unsolved; so are the other seeds of a rate cut
+    on some seed (a settling of its tie stopped part-way), which is not ranked on fewer seeds than the rest.
     """
-    runs = runs_frame([r for r in results if r.status != "pruned"])
+    cut = {(cell_key(r.config), r.config.train.lr) for r in results if r.status == "pruned"}
+    runs = runs_frame([r for r in results if (cell_key(r.config), r.config.train.lr) not in cut])
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
                "learning_rates", "seeds", "solved", "verdict", "reason", "runs", "not_trained", "failure"]
     if runs.empty:
