@@ -352,6 +352,10 @@ def test_log_growth_of_a_constructions_width():
     _, linear = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
                                                                                       1024: [400.0] * 3}})
     assert linear.verdict == NOT_REPRODUCED and "x6.00" in linear.evidence[-1]
+    assert "N^a with a <= 0.43 would pass too" in logarithmic.evidence[-1]
+    short = {"accuracy": {64: [1.0] * 3, 512: [1.0] * 3}, "model width": {64: [40.0] * 3, 512: [400.0] * 3}}
+    _, unspanned = evaluate_series(claim, "quick", short)
+    assert unspanned.verdict == INCONCLUSIVE and "span x8, under the x16" in unspanned.reasons[0]
 
 
 @pytest.mark.parametrize("lis_large, verdict", [(96, REPRODUCED), (64, NOT_REPRODUCED)])

@@ -237,11 +237,13 @@ class GrowthOrder(ConditionBase):
 
 class LogGrowth(ConditionBase):
     """Theory series: ``group``'s value grows as O(log N): value / log2(N) at every N is at most ``slack`` times
-    its value at the smallest N."""
+    its value at the smallest N, over lengths spanning at least ``min_span`` (a shorter span cannot tell log N from
+    a small power of N)."""
 
     kind: Literal["log_growth"]
     group: str
     slack: float = Field(2.0, ge=1)
+    min_span: float = Field(16.0, ge=2)
 
 
 Condition = Annotated[Union[Compare, Level, Rate, MinWidthGrowth, MinWidthOrder, FlopsOrder, FixedWidth, GrowthOrder,

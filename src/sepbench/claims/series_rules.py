@@ -68,7 +68,8 @@ def held_at(xs: Sequence[float], held: Sequence[bool], swept: str) -> str:
 
 
 def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
-    """value / log2(N) at every N within ``slack`` times its value at the smallest N (the largest seed's value)."""
+    """value / log2(N) at every N within ``slack`` times its value at the smallest N (the largest seed's value),
+    judged only over lengths spanning ``min_span``; the evidence names the largest power of N the rule would pass."""
     by_x = series.get(condition.group, {})
     lengths = condition.lengths_at(scale) or sorted(by_x)
     outcome = Outcome(condition.text, INCONCLUSIVE)
@@ -76,14 +77,21 @@ def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
     if len(present) < 2 or min(present) < 2:
         outcome.reasons.append(f"{condition.group}: needs values at two or more lengths >= 2")
         return outcome
+    span = max(present) / min(present)
+    if span < condition.min_span:
+        outcome.reasons.append(f"{condition.group}: lengths {min(present):g} to {max(present):g} span x{span:g}, "
+                               f"under the x{condition.min_span:g} that tells log N from a power of N")
+        return outcome
     ratios = {n: max(by_x[n]) / math.log2(n) for n in present}
     base = ratios[min(present)]
     outcome.points = [Point(condition.group, n, list(by_x[n])) for n in present]
     outcome.evidence.append(", ".join(f"N={n}: {condition.group} {max(by_x[n]):g} = {ratios[n]:.2f} log2 N"
                                       for n in present))
     worst = max(ratios.values()) / base
+    low, high = min(present), max(present)
+    passing_power = math.log(condition.slack * math.log2(high) / math.log2(low)) / math.log(span)
     outcome.evidence.append(f"largest ratio to the smallest N's: x{worst:.2f} (allowed: x{condition.slack:g}; "
-                            f"N grows x{max(present) / min(present):g})")
+                            f"N grows x{span:g}, over which N^a with a <= {passing_power:.2f} would pass too)")
     outcome.verdict = REPRODUCED if worst <= condition.slack else NOT_REPRODUCED
     return outcome
 
