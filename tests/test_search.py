@@ -10,7 +10,7 @@ from sepbench.config import apply_overrides
 from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, estimate_paper_flops, fit_log_law,
                                    fit_power_law, min_flops_table, min_width_table, runs_frame, search_min_width,
                                    select_lr, smallest_solving)
-from sepbench.train import RunResult
+from sepbench.train import EvalPoint, RunResult
 
 runner = CliRunner()
 BASE = apply_overrides({}, {"task.name": "index_lookup", "model.name": "lstm", "train.steps": 5, "device": "cpu"})
@@ -222,6 +222,35 @@ def test_a_cell_with_too_few_seeds_is_undecided(accuracies, rule, verdict):
     (cell,) = select_lr(runs, rule).to_dict("records")
     assert cell["verdict"] == verdict
     assert cell["reason"] == (f"needs {rule.m} seeds, has {len(accuracies)}" if verdict == "undecided" else "")
+
+
+def test_a_width_is_unsolved_only_where_every_cell_of_it_is():
+    rule = SolvedRule(k=2, m=3)
+    unsolved = [stored({"task.length": 12, "model.width": 8, "model.heads": 2, "seed": s}, 0.2) for s in range(3)]
+    undecided = [stored({"task.length": 12, "model.width": 8, "model.heads": 4, "seed": 0}, 1.0)]
+    smaller = [stored({"task.length": 12, "model.width": 4, "seed": s}, 0.2) for s in range(3)]
+    solved = [stored({"task.length": 12, "model.width": 16, "seed": s}, 1.0) for s in range(3)]
+    (row,) = min_width_table(unsolved + undecided + smaller + solved, rule).to_dict("records")
+    assert (row["min_width"], row["exact"]) == (16, False)
+    assert row["reason"] == "at most 16: width 8 undecided (needs 3 seeds, has 1)"
+
+
+def test_a_member_s_width_is_solved_by_any_of_its_depths():
+    from sepbench.claims.width_rules import width_sets
+
+    rule = SolvedRule(k=2, m=3)
+
+    def flat(overrides: dict, accuracy: float) -> RunResult:
+        run = stored(overrides, accuracy)
+        run.curve = [EvalPoint(step=s, loss=1.0, accuracy=accuracy, seconds=0.0) for s in (1, 2, 3, 4, 5)]
+        return run
+
+    shallow = [flat({"task.length": 12, "model.width": w, "model.layers": 1, "seed": s}, 1.0 if w >= 8 else 0.2)
+               for w in (4, 8, 16) for s in range(3)]
+    deep = [flat({"task.length": 12, "model.width": w, "model.layers": 2, "seed": s}, 1.0 if w >= 16 else 0.2)
+            for w in (4, 8, 16) for s in range(3)]
+    for runs in (shallow + deep, deep + shallow):
+        assert width_sets(runs, rule, ["model.name", "task.name"]) == {"lstm/index_lookup": {12: [8]}}
 
 
 def test_min_width_says_whether_it_is_exact_and_why_not():

@@ -71,16 +71,21 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
     return cells.assign(verdict=verdicts)
 
 
+MEMBER_WIDTH_KEYS = ("length", "width")
+"""A member's cells are one per length and width, whatever depth or heads they have."""
+
+
 def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None
                ) -> dict[str, dict[int, list[float]]]:
-    """Per member, per length: the possible smallest solving widths (``possible_widths``). A width decided
-    unsolved whose best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
+    """Per member, per length: the possible smallest solving widths (``possible_widths``), a width solved by any
+    of the member's cells (its depths or heads) counting as solved. A width decided unsolved whose
+    best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
     cells = decided_cells(results, rule, per, notes)
     if cells.empty:
         return {}
     sets: dict[str, dict[int, list[float]]] = {}
     for member, rows in cells.groupby("member"):
-        for length, widths in width_verdicts(rows).groupby("length"):
+        for length, widths in width_verdicts(rows, MEMBER_WIDTH_KEYS).groupby("length"):
             width_verdict = {int(w): v for w, v in zip(widths.width, widths.verdict)}
             sets.setdefault(member, {})[int(length)] = possible_widths(width_verdict)
     return sets
@@ -183,7 +188,7 @@ def fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
         outcome.reasons.append("no runs")
         return outcome
     for member, rows in cells.groupby("member"):
-        table = width_verdicts(rows)
+        table = width_verdicts(rows, MEMBER_WIDTH_KEYS)
         table = table[table.width <= condition.max_width]
         sizes = sorted(set(table.length))
         per_width = {int(w): dict(zip(g.length, g.verdict)) for w, g in table.groupby("width")}

@@ -349,13 +349,15 @@ def fit_log_law(points: dict[int, int | None]) -> LogFit:
     return LogFit(float(a), float(b), float(np.sqrt(np.mean((w - (a + b * np.log(n))) ** 2))))
 
 
-VERDICT_ORDER = ("solved", "unsolved", "undecided", "failed")
+VERDICT_ORDER = ("solved", "undecided", "failed", "unsolved")
+WIDTH_KEYS = ("task", "model", "layers", "length", "width")
 
 
-def width_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
-    """``select_lr`` rows reduced to one per (task, model, layers, length, width): the first of solved, unsolved,
-    undecided, failed among its cells (cells differing in other fields, e.g. heads), with that cell's reason."""
-    keys = ["task", "model", "layers", "length", "width"]
+def width_verdicts(cells: pd.DataFrame, keys: Sequence[str] = WIDTH_KEYS) -> pd.DataFrame:
+    """``select_lr`` rows reduced to one per ``keys`` (by default per task, model, layers, length and width): the
+    first of solved, undecided, failed, unsolved among its cells (cells differing in other fields, e.g. heads),
+    with that cell's reason. A width is unsolved only where every cell of it is."""
+    keys = list(keys)
     ranked = cells.assign(rank=cells.verdict.map(VERDICT_ORDER.index)).sort_values(keys + ["rank"])
     return ranked.drop_duplicates(keys)[keys + ["verdict", "reason"]].reset_index(drop=True)
 
