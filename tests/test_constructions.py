@@ -89,6 +89,15 @@ def test_construct_cli_prints_width_and_accuracy():
     assert search.stdout.count("100.00%") == 1 and str(C.min_code_width("index_lookup", 200)) in search.stdout
 
 
+def test_construct_cli_prints_the_precision_that_keeps_it_exact():
+    from sepbench.theory.precision import measure_precision
+
+    found = measure_precision(C.construct("equality", 40), 100, 0)
+    result = runner.invoke(app, ["construct", "equality", "--length", "40", "--samples", "100", "--precision"])
+    assert result.exit_code == 0, result.output
+    assert f"{found.bits} bits" in result.stdout and f"+ {found.fraction_bits})" in result.stdout
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [(["construct", "nope", "--length", "10"], "unknown construction 'nope'; allowed: index_lookup"),
@@ -159,3 +168,45 @@ def test_nearest_neighbor_by_copy_needs_its_codes_and_its_sharpness():
     with torch.no_grad():
         blunt.model.blocks[1].mixer.qkv.weight[: blunt.width] /= 20  # eta2 / 20: labels of farther points leak in
     assert blunt.accuracy(300, seed=1) < 1.0
+
+
+@pytest.mark.parametrize("name, length", [("index_lookup", 64), ("equality", 64), ("nearest_neighbor_copy", 40)])
+def test_a_construction_is_exact_at_its_measured_precision_and_not_one_bit_below(name, length):
+    from sepbench.theory.precision import fixed_point, measure_precision
+
+    built = C.construct(name, length, queries="margin" if name == "nearest_neighbor_copy" else "recall")
+    before = {k: v.clone() for k, v in built.model.state_dict().items()}
+    found = measure_precision(built, 100, seed=0)
+    assert found.exact and found.bits == 1 + found.integer_bits + found.fraction_bits
+    assert all(torch.equal(before[k], v) for k, v in built.model.state_dict().items())
+    peak = [0.0]
+    with fixed_point(built.model, found.fraction_bits, peak):
+        assert built.accuracy(100, seed=0) == 1.0
+        assert all(torch.equal(torch.floor(v * 2.0**found.fraction_bits), v * 2.0**found.fraction_bits)
+                   for v in built.model.parameters())
+    assert 2 ** (found.integer_bits - 1) <= peak[0] < 2**found.integer_bits
+    if found.fraction_bits > 0:
+        with fixed_point(built.model, found.fraction_bits - 1, [0.0]):
+            assert built.accuracy(100, seed=0) < 1.0
+
+
+def test_the_construction_check_measures_precision_growing_as_log_n(monkeypatch):
+    from sepbench.claims import checks
+    from sepbench.claims.catalogue import select
+    from sepbench.claims.series_rules import evaluate_series
+    from sepbench.claims.verdicts import INCONCLUSIVE, REPRODUCED
+    from sepbench.theory import precision
+
+    params = {"name": "index_lookup", "lengths": [16, 256], "samples": 100, "seeds": [0, 1], "precision_seeds": [0]}
+    series = checks.construction(params)
+    assert set(series["precision bits"]) == {16, 256} and all(len(v) == 1 for v in series["precision bits"].values())
+    assert all(p == 1 + i + f for p, i, f in zip(*(
+        [v[0] for v in series[label].values()] for label in ("precision bits", "integer bits", "fraction bits"))))
+    (claim,) = select(None, "construct-index-lookup")
+    assert [o.verdict for o in evaluate_series(claim, "quick", series)][-1] == REPRODUCED
+    monkeypatch.setattr(precision, "MAX_FRACTION_BITS", 2)
+    capped = checks.construction(params)
+    assert capped["precision bits"][256] == [math.inf] and capped["integer bits"][256][0] < math.inf
+    unmeasured = evaluate_series(claim, "quick", capped)[-1]
+    assert unmeasured.verdict == INCONCLUSIVE
+    assert unmeasured.reasons == ["precision bits: beyond the range measured at N = 16, 256"]

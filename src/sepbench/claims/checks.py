@@ -20,20 +20,31 @@ Check = Callable[[dict[str, Any]], Series]
 
 def construction(params: dict[str, Any]) -> Series:
     """Accuracy, model width and code width of a hand-set Transformer (Bhattamishra et al. Thm 1, 6, 7) per length
-    and seed of its codes."""
+    and seed of its codes; with ``precision_seeds``, at those seeds also the fixed-point bits that keep it exact
+    (``theory.precision``: precision, fraction and integer bits; precision and fraction inf where no
+    fraction up to the cap keeps it exact)."""
     from sepbench.theory.constructions import construct
+    from sepbench.theory.precision import measure_precision
 
     name = params["name"]
-    accuracy: dict[float, list[float]] = {}
-    widths: dict[float, list[float]] = {}
-    model_widths: dict[float, list[float]] = {}
+    samples = params.get("samples", 1000)
+    series: Series = {label: {} for label in ("accuracy", "code width", "model width")}
+    if "precision_seeds" in params:
+        series.update({label: {} for label in ("precision bits", "fraction bits", "integer bits")})
     for n in params["lengths"]:
         for seed in params.get("seeds", [0, 1, 2]):
             built = construct(name, n, None, seed, params.get("queries", "recall"))
-            accuracy.setdefault(n, []).append(built.accuracy(params.get("samples", 1000), seed))
-            widths.setdefault(n, []).append(float(built.code_width))
-            model_widths.setdefault(n, []).append(float(built.width))
-    return {"accuracy": accuracy, "code width": widths, "model width": model_widths}
+            series["accuracy"].setdefault(n, []).append(built.accuracy(samples, seed))
+            series["code width"].setdefault(n, []).append(float(built.code_width))
+            series["model width"].setdefault(n, []).append(float(built.width))
+            if seed in params.get("precision_seeds", []):
+                found = measure_precision(built, samples, seed)
+                unbounded = 0.0 if found.exact else math.inf
+                for label, value in (("precision bits", found.bits + unbounded),
+                                     ("fraction bits", found.fraction_bits + unbounded),
+                                     ("integer bits", float(found.integer_bits))):
+                    series[label].setdefault(n, []).append(float(value))
+    return series
 
 
 def bound_bites(params: dict[str, Any]) -> Series:

@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
+from rich.table import Column, Table
 
 from sepbench.cli.app import bad_input_exits, err, out, print_whole
 from sepbench.cli.options import OutputFormat, given_lengths, parse_lengths, require_folder, store_option
 from sepbench.config import ConfigError
+
+if TYPE_CHECKING:
+    from sepbench.theory.constructions import Construction
 
 
 def construct(
@@ -25,6 +28,8 @@ def construct(
     seed: int = typer.Option(0, help="seed for the codes and the instances"),
     queries: str = typer.Option("recall", help="nearest-neighbour instances: recall (each query repeats a stored "
                                 "point) or margin (any query with one nearest point)"),
+    precision: bool = typer.Option(False, "--precision", help="also find the fixed-point bits that keep it exact on "
+                                   "the scored instances (App. B.2): p = sign + integer + fraction bits"),
 ) -> None:
     """Build a hand-set Transformer from the separations paper and score it like a trained model."""
     from sepbench.theory.constructions import CONSTRUCTIONS, construct as build, min_code_width, refuse_unfitting
@@ -46,8 +51,9 @@ def construct(
         if code_width is not None and find_min_width:
             raise ConfigError("--code-width and --find-min-width exclude each other: give a width or search for one")
         refuse_unfitting(name, sizes, code_width)
-    table = Table("N", "layers", "code width", "model width", "instances", "accuracy", "details",
-                  title=f"{name}: {CONSTRUCTIONS[name]}")
+    columns: list[str | Column] = ["N", "layers", "code width", "model width", "instances", "accuracy"]
+    columns += [Column("precision", no_wrap=True)] if precision else []
+    table = Table(*columns, "details", title=f"{name}: {CONSTRUCTIONS[name]}")
     for n in sizes:
         width = min_code_width(name, n, seed) if find_min_width else code_width
         with bad_input_exits():
@@ -58,9 +64,22 @@ def construct(
         count = samples if n <= verify_up_to else 0
         accuracy = f"{100 * built.accuracy(count, seed):.2f}%" if count else "-"
         details = ", ".join(f"{k}={v:.3g}" for k, v in built.details.items())
+        bits = [precision_text(built, count, seed)] if precision else []
         table.add_row(str(n), str(built.model.config.layers), str(built.code_width), str(built.width),
-                      str(count), accuracy, details)
+                      str(count), accuracy, *bits, details)
     print_whole(table)
+
+
+def precision_text(built: Construction, samples: int, seed: int) -> str:
+    """'19 bits (1 + 9 + 9)' for a construction exact at 9 fraction bits with values below 2^9; '-' unscored."""
+    from sepbench.theory.precision import MAX_FRACTION_BITS, measure_precision
+
+    if not samples:
+        return "-"
+    found = measure_precision(built, samples, seed)
+    if not found.exact:
+        return f"inexact at {MAX_FRACTION_BITS} fraction bits"
+    return f"{found.bits} bits (1 + {found.integer_bits} + {found.fraction_bits})"
 
 
 def bounds(
