@@ -346,15 +346,16 @@ def test_a_rate_claim_bounds_the_fast_sides_steps_where_the_text_does(tmp_path):
 def test_log_growth_of_a_constructions_width():
     (claim,) = select(None, "construct-index-lookup")
     accuracy = {64: [1.0] * 3, 1024: [1.0] * 3}
-    exact, logarithmic = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
-                                                                                                 1024: [70.0] * 3}})
+    exact, logarithmic, unmeasured = evaluate_series(claim, "quick", {"accuracy": accuracy,
+                                                                     "model width": {64: [40.0] * 3, 1024: [70.0] * 3}})
+    assert unmeasured.verdict == INCONCLUSIVE  # no precision series
     assert (exact.verdict, logarithmic.verdict) == (REPRODUCED, REPRODUCED)
-    _, linear = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
-                                                                                      1024: [400.0] * 3}})
+    _, linear, _ = evaluate_series(claim, "quick", {"accuracy": accuracy, "model width": {64: [40.0] * 3,
+                                                                                         1024: [400.0] * 3}})
     assert linear.verdict == NOT_REPRODUCED and "x6.00" in linear.evidence[-1]
     assert "N^a with a <= 0.43 would pass too" in logarithmic.evidence[-1]
     short = {"accuracy": {64: [1.0] * 3, 512: [1.0] * 3}, "model width": {64: [40.0] * 3, 512: [400.0] * 3}}
-    _, unspanned = evaluate_series(claim, "quick", short)
+    _, unspanned, _ = evaluate_series(claim, "quick", short)
     assert unspanned.verdict == INCONCLUSIVE and "span x8, under the x16" in unspanned.reasons[0]
 
 
