@@ -183,6 +183,24 @@ def test_flops_tied_at_the_smallest_width_say_no_budget_orders_them(tmp_path):
         "only narrower widths can order, whatever the budget" in flops_linear.reasons, flops_linear.reasons
 
 
+def test_flops_are_compared_at_one_depth_per_model(tmp_path):
+    """A model with runs at two depths solves at one width by either, but its FLOPs there differ by depth."""
+    (claim,) = select("yang2024", "yang-width-flops")
+    configs = claim.configs("quick", SMOKE)
+    deeper = [c.model_copy(update={"model": c.model.model_copy(update={"layers": c.model.layers + 1})})
+              for c in configs if c.model.name == "transformer"]
+    store = Store(tmp_path / "s.db")
+    _store_runs(store, configs + deeper, lambda c: 0.95 if c.model.width >= 64 else 0.3)
+    results = {r.config_hash: r for r in store.results()}
+    *_, flops_sparse, flops_linear = evaluate_runs(claim, "quick", configs + deeper, results)
+    assert flops_sparse.verdict == flops_linear.verdict == INCONCLUSIVE
+    layers = configs[0].model.layers
+    assert (f"arithmetic N=2: transformer has runs at depths {layers}, {layers + 1}; FLOPs are compared at one "
+            "depth per model") in flops_linear.reasons, flops_linear.reasons
+    *_, one_depth = evaluate_runs(claim, "quick", configs, results)
+    assert not any("depths" in r for r in one_depth.reasons)
+
+
 def test_fixed_width_fails_when_every_width_up_to_its_bound_misses_a_size(tmp_path):
     """At the paper scale (widths 32-512) Standard solves Arithmetic 6 only at 256 and the larger sizes only up to
     128: no width <= 256 solves every size."""

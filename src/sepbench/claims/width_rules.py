@@ -254,6 +254,10 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
     notes: list[str] = []
     sets = width_sets(found, rule, ["model.name", "task.name"], notes)
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
+    depths_of: dict[tuple[str, str, int], set[int]] = {}
+    for r in found:
+        depths_of.setdefault((r.config.model.name, r.config.task.name, r.config.task.length), set()).add(
+            r.config.model.layers)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons) + notes)
     verdicts = [INCONCLUSIVE] if reasons else []
     tasks = sorted({r.config.task.name for r in found})
@@ -261,11 +265,16 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
         lengths = sorted({n for m in condition.order for n in sets.get(f"{m}/{task}", {})})
         for n in lengths:
             flops: dict[str, list[float]] = {}
+            mixed: list[str] = []
             for model in condition.order:
                 widths = sets.get(f"{model}/{task}", {}).get(n)
                 base = sample.get((model, task, n))
                 if widths is None or base is None:
                     continue
+                depths = sorted(depths_of.get((model, task, n), ()))
+                if len(depths) > 1:
+                    mixed.append(f"{task} N={n}: {model} has runs at depths {', '.join(map(str, depths))}; "
+                                 f"FLOPs are compared at one depth per model")
                 flops[model] = [INF if w == INF else 0.0 if w == BELOW_GRID else estimate_paper_flops(
                     base.model_copy(update={"model": base.model.model_copy(update={"width": int(w)})})) / 1e9
                     for w in widths]
@@ -277,6 +286,8 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
                 outcome.points.append(Point(f"{model} ({task})", n, shown))
             if missing:
                 outcome.reasons.append(f"{task} N={n}: no runs of {', '.join(missing)}")
+            outcome.reasons.extend(mixed)
+            if missing or mixed:
                 verdicts.append(INCONCLUSIVE)
                 continue
             pair_verdicts = []
