@@ -1,6 +1,7 @@
 import math
 import shutil
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -273,7 +274,26 @@ def test_pruned_runs_never_count_as_unsolved():
     finished = [_result(1e-2, seed, "completed", [(10, 0.2), (40, 0.5)]) for seed in range(3)]
     (cell,) = select_lr(pruned + finished).itertuples()
     assert cell.best_lr == 1e-2 and cell.learning_rates == 1 and cell.median_accuracy == 0.5
-    assert select_lr(pruned).empty and min_width_table(pruned, SolvedRule(0.99, 1, 3)).empty
+    (stopped,) = select_lr(pruned).itertuples()
+    assert (stopped.verdict, stopped.solved, stopped.seeds) == ("undecided", False, 0)
+    assert stopped.reason == "every learning rate of 1 was cut by a search on some seed"
+    (row,) = min_width_table(pruned, SolvedRule(0.99, 1, 3)).itertuples()
+    assert pd.isna(row.min_width)
+    assert row.reason == "none solved: 1 undecided cell (every learning rate of 1 was cut by a search on some seed)"
+
+
+def test_a_width_whose_every_rate_was_cut_on_some_seed_leaves_the_next_width_up_inexact():
+    def at(width: int, lr: float, seed: int, status: str, accuracy: float) -> RunResult:
+        run = _result(lr, seed, status, [(10, accuracy)])
+        cfg = run.config.model_copy(update={"model": run.config.model.model_copy(update={"width": width})})
+        return run.model_copy(update={"config": cfg, "config_hash": cfg.config_hash()})
+
+    runs = [at(4, 1e-2, seed, "completed", 0.2) for seed in range(3)]
+    runs += [at(8, 1e-2, 0, "pruned", 0.3)] + [at(8, 1e-2, seed, "completed", 1.0) for seed in (1, 2)]
+    runs += [at(16, 1e-2, seed, "completed", 1.0) for seed in range(3)]
+    (row,) = min_width_table(runs, SolvedRule(0.99, 2, 3)).itertuples()
+    assert (row.min_width, row.exact) == (16, False)
+    assert row.reason == "at most 16: width 8 undecided (every learning rate of 1 was cut by a search on some seed)"
 
 
 def test_a_rate_cut_on_some_seed_is_not_ranked_on_the_seeds_trained_since():

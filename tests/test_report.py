@@ -183,13 +183,14 @@ def test_report_bad_input_exits_2(tmp_path, args, fragment):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_store_with_no_finished_run_reports_an_empty_page(tmp_path):
+def test_a_store_whose_only_run_was_cut_reports_its_cell_undecided(tmp_path):
     store = Store(tmp_path / "runs.db")
     pruned = law_results([12], [8])[0].model_copy(update={"status": "pruned", "metrics": {}})
     store.put(pruned)
     result = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
-    assert "report of 1 run: 0 figures (none)" in result.stdout and (tmp_path / "out" / "index.html").exists()
+    assert "report of 1 run: 1 figure (heatmaps)" in result.stdout
+    assert "every learning rate of 1 was cut by a search on some seed" in (tmp_path / "out" / "index.html").read_text()
 
 
 def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):

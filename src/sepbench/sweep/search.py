@@ -105,20 +105,27 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None))
     learning rate ('solved', 'unsolved', 'undecided' while too few seeds are stored, or 'failed'); ``reason`` says
     why a cell is undecided or failed, and ``failure`` names the statuses of a failed cell's runs. Runs pruned by a
     learning-rate search are left out: they are neither the best nor unsolved; so are the other seeds of a rate cut
-    on some seed (a settling of its tie stopped part-way), which is not ranked on fewer seeds than the rest.
+    on some seed (a settling of its tie stopped part-way), which is not ranked on fewer seeds than the rest. A cell
+    every rate of which was cut on some seed (a search stopped part-way) is undecided.
     """
     cut = {(cell_key(r.config), r.config.train.lr) for r in results if r.status == "pruned"}
-    runs = runs_frame([r for r in results if (cell_key(r.config), r.config.train.lr) not in cut])
+    runs = runs_frame(results)
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
                "learning_rates", "seeds", "solved", "verdict", "reason", "runs", "not_trained", "failure"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
-    for cell, group in runs.groupby("cell", sort=False):
-        first = group.iloc[0]
+    for cell, whole in runs.groupby("cell", sort=False):
+        first = whole.iloc[0]
+        group = whole[[(cell, lr) not in cut for lr in whole.lr]]
         row = {"cell": cell, "task": first.task, "model": first.model, "length": int(first.length),
                "layers": int(first.layers), "width": int(first.width), "runs": len(group),
                "not_trained": int((~group.trained).sum()), "failure": ""}
+        if group.empty:
+            rows.append({**row, "best_lr": np.nan, "best_accuracy": np.nan, "median_accuracy": np.nan,
+                         "learning_rates": 0, "seeds": 0, "solved": False, "verdict": "undecided",
+                         "reason": f"every learning rate of {whole.lr.nunique()} was cut by a search on some seed"})
+            continue
         trained = group[group.trained]
         if trained.empty:
             rows.append({**row, "best_lr": np.nan, "best_accuracy": np.nan, "median_accuracy": np.nan,
