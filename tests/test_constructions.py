@@ -179,15 +179,33 @@ def test_a_construction_is_exact_at_its_measured_precision_and_not_one_bit_below
     found = measure_precision(built, 100, seed=0)
     assert found.exact and found.bits == 1 + found.integer_bits + found.fraction_bits
     assert all(torch.equal(before[k], v) for k, v in built.model.state_dict().items())
-    peak = [0.0]
-    with fixed_point(built.model, found.fraction_bits, peak):
+    with fixed_point(built.model, found.fraction_bits) as seen:
         assert built.accuracy(100, seed=0) == 1.0
         assert all(torch.equal(torch.floor(v * 2.0**found.fraction_bits), v * 2.0**found.fraction_bits)
                    for v in built.model.parameters())
-    assert 2 ** (found.integer_bits - 1) <= peak[0] < 2**found.integer_bits
+    assert 2 ** (found.integer_bits - 1) <= seen.largest < 2**found.integer_bits
     if found.fraction_bits > 0:
-        with fixed_point(built.model, found.fraction_bits - 1, [0.0]):
+        with fixed_point(built.model, found.fraction_bits - 1):
             assert built.accuracy(100, seed=0) < 1.0
+
+
+def test_fixed_point_rounds_parameters_not_buffers_restores_them_and_ignores_infinities():
+    from sepbench.theory.precision import fixed_point
+
+    model = torch.nn.Linear(2, 1).double()
+    model.register_buffer("mask", torch.tensor([-math.inf, 3.75], dtype=torch.float64))
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.3, -0.3]], dtype=torch.float64))
+        model.bias.fill_(0.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="inside"):
+        with fixed_point(model, 2) as seen:
+            assert model.weight.tolist() == [[0.25, -0.5]] and model.mask[1] == 3.75
+            out = model(torch.tensor([[1.0, math.inf]], dtype=torch.float64))
+            assert out.item() == -math.inf
+            raise RuntimeError("inside")
+    assert seen.largest == 1.0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_the_construction_check_measures_precision_growing_as_log_n(monkeypatch):
@@ -210,3 +228,9 @@ def test_the_construction_check_measures_precision_growing_as_log_n(monkeypatch)
     unmeasured = evaluate_series(claim, "quick", capped)[-1]
     assert unmeasured.verdict == INCONCLUSIVE
     assert unmeasured.reasons == ["precision bits: beyond the range measured at N = 16, 256"]
+    not_a_number = {**series, "precision bits": {16: [math.nan], 256: [30.0]}}
+    assert evaluate_series(claim, "quick", not_a_number)[-1].reasons == [
+        "precision bits: beyond the range measured at N = 16"]
+    zero = {**series, "precision bits": {16: [0.0], 256: [30.0]}}
+    assert evaluate_series(claim, "quick", zero)[-1].reasons == [
+        "precision bits: 0 at the smallest N, which no growth is measured from"]

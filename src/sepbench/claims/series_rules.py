@@ -82,13 +82,17 @@ def _log_growth(condition: LogGrowth, scale: str, series: Series) -> Outcome:
         outcome.reasons.append(f"{condition.group}: lengths {min(present):g} to {max(present):g} span x{span:g}, "
                                f"under the x{condition.min_span:g} that tells log N from a power of N")
         return outcome
-    unmeasured = [n for n in present if math.isinf(max(by_x[n]))]
+    unmeasured = [n for n in present if not all(math.isfinite(v) for v in by_x[n])]
     if unmeasured:
         outcome.reasons.append(f"{condition.group}: beyond the range measured at N = "
                                f"{', '.join(f'{n:g}' for n in unmeasured)}")
         return outcome
     ratios = {n: max(by_x[n]) / math.log2(n) for n in present}
     base = ratios[min(present)]
+    if base <= 0:
+        outcome.reasons.append(f"{condition.group}: {max(by_x[min(present)]):g} at the smallest N, which no growth "
+                               f"is measured from")
+        return outcome
     outcome.points = [Point(condition.group, n, list(by_x[n])) for n in present]
     outcome.evidence.append(", ".join(f"N={n}: {condition.group} {max(by_x[n]):g} = {ratios[n]:.2f} log2 N"
                                       for n in present))
