@@ -197,6 +197,10 @@ def test_flops_are_compared_at_one_depth_per_model(tmp_path):
     layers = configs[0].model.layers
     assert (f"arithmetic N=2: transformer has runs at depths {layers}, {layers + 1}; FLOPs are compared at one "
             "depth per model") in flops_linear.reasons, flops_linear.reasons
+    fixed = evaluate_runs(claim, "quick", configs + deeper, results)[1]
+    assert fixed.verdict == INCONCLUSIVE
+    assert f"transformer/arithmetic: cells at depths {layers}, {layers + 1}; one width is judged at one depth" \
+        in fixed.reasons, fixed.reasons
     *_, one_depth = evaluate_runs(claim, "quick", configs, results)
     assert not any("depths" in r for r in one_depth.reasons)
 

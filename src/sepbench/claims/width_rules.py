@@ -13,6 +13,7 @@ from sepbench.claims.learning import learning_reason, still_learning, too_few_ev
 from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, Outcome, Point,
                                       combine, flip, order_verdict, weak_order_verdict)
 from sepbench.config import RunConfig
+from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
 from sepbench.train.result import RunResult
 
@@ -188,6 +189,11 @@ def fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
         outcome.reasons.append("no runs")
         return outcome
     for member, rows in cells.groupby("member"):
+        if rows.layers.nunique() > 1:
+            depths = ", ".join(map(str, sorted(set(rows.layers))))
+            outcome.reasons.append(f"{member}: cells at depths {depths}; one width is judged at one depth")
+            verdicts.append(INCONCLUSIVE)
+            continue
         table = width_verdicts(rows, MEMBER_WIDTH_KEYS)
         table = table[table.width <= condition.max_width]
         sizes = sorted(set(table.length))
@@ -256,8 +262,9 @@ def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
     depths_of: dict[tuple[str, str, int], set[int]] = {}
     for r in found:
-        depths_of.setdefault((r.config.model.name, r.config.task.name, r.config.task.length), set()).add(
-            r.config.model.layers)
+        if r.status in TRAINED:
+            depths_of.setdefault((r.config.model.name, r.config.task.name, r.config.task.length), set()).add(
+                r.config.model.layers)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons) + notes)
     verdicts = [INCONCLUSIVE] if reasons else []
     tasks = sorted({r.config.task.name for r in found})
