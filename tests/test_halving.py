@@ -78,6 +78,8 @@ def test_an_lr_is_scored_by_the_mean_over_seeds_and_a_run_cut_before_the_rung_ha
     assert lr_score([early, cut], 10) is not None and lr_score([early, cut], 20) is None
     failed = RunResult(config=early.config, config_hash="x", status="failed", error="boom")
     assert lr_score([failed], 10) == (0.0, math.inf)
+    crashed_later = failed.model_copy(update={"curve": [EvalPoint(step=10, loss=0.5, accuracy=0.5, seconds=0.0)]})
+    assert lr_score([crashed_later], 10) == (0.5, 0.5) and lr_score([crashed_later], 20) == (0.0, math.inf)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,26 @@ def test_lr_selection_sees_only_the_finalists(halved):
     (cell,) = select_lr(store.results()).itertuples()
     finalists = {r.config.train.lr for r in store.results() if r.status != "pruned"}
     assert cell.best_lr in finalists and cell.learning_rates == len(finalists) == 2 and cell.seeds == 2
+
+
+def test_a_run_that_crashes_in_a_search_is_stored_failed_with_the_curve_it_reached(halved, tmp_path, monkeypatch):
+    from sepbench.sweep import halving
+
+    configs, full, _ = halved
+    doomed = next(r for r in full.results() if r.status != "pruned").config
+    train_until = halving.Trainer.train_until
+
+    def crash_past_the_first_rung(trainer, step: int) -> RunResult:
+        if trainer.config.config_hash() == doomed.config_hash() and step > 10:
+            raise RuntimeError("boom")
+        return train_until(trainer, step)
+
+    monkeypatch.setattr(halving.Trainer, "train_until", crash_past_the_first_rung)
+    store = Store(tmp_path / "runs.db")
+    run_halving(configs, store)
+    crashed = store.get(doomed.config_hash())
+    assert crashed.status == "failed" and crashed.error == "RuntimeError: boom"
+    assert [p.step for p in crashed.curve] == [10]
 
 
 class Interrupted(Exception):

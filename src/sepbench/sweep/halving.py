@@ -102,12 +102,13 @@ def _finite(loss: float) -> float:
 
 def score_at(result: RunResult, step: int) -> Score | None:
     """(accuracy, loss) of one run at a rung: its evaluation at ``step``, or its final metrics if it stopped
-    before (solved and early-stopped, diverged, failed); None if it was cut before the rung."""
-    if result.status == "failed":
-        return 0.0, math.inf
+    before (solved and early-stopped, diverged); a failed run scores (0, inf) past the curve it reached; None if
+    it was cut before the rung."""
     for point in result.curve:
         if point.step == step:
             return point.accuracy, _finite(point.loss)
+    if result.status == "failed":
+        return 0.0, math.inf
     if result.steps < step and _stopped_early(result):
         return result.metrics.get("accuracy", 0.0), _finite(result.metrics.get("loss", math.inf))
     return None
@@ -143,7 +144,9 @@ class _Run:
             else:  # held at the rung: saved now, so however the process ends the run resumes from here
                 checkpoint.save_trainer(self.trainer)
         except Exception as error:  # noqa: BLE001 - a crash of one run is that run's result
-            self.result, self.trainer, self.finished = failed_result(self.config, error), None, True
+            reached = list(self.result.curve) if self.result is not None else []
+            failed = failed_result(self.config, error).model_copy(update={"curve": reached})
+            self.result, self.trainer, self.finished = failed, None, True
 
     def _finish(self) -> None:
         if self.trainer is not None:  # saved as it stopped, kept until the result is stored (``stored_now``)
