@@ -89,13 +89,17 @@ def test_construct_cli_prints_width_and_accuracy():
     assert search.stdout.count("100.00%") == 1 and str(C.min_code_width("index_lookup", 200)) in search.stdout
 
 
-def test_construct_cli_prints_the_precision_that_keeps_it_exact():
-    from sepbench.theory.precision import measure_precision
+def test_construct_cli_prints_the_precision_that_keeps_it_exact(monkeypatch):
+    from sepbench.theory import precision
 
-    found = measure_precision(C.construct("equality", 40), 100, 0)
-    result = runner.invoke(app, ["construct", "equality", "--length", "40", "--samples", "100", "--precision"])
+    found = precision.measure_precision(C.construct("equality", 40), 100, 0)
+    args = ["construct", "equality", "--length", "40", "--samples", "100", "--precision"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"{found.bits} bits" in result.stdout and f"+ {found.fraction_bits})" in result.stdout
+    monkeypatch.setattr(precision, "MAX_FRACTION_BITS", 2)
+    capped = runner.invoke(app, args)
+    assert capped.exit_code == 0 and "inexact up to 2 fraction bits" in capped.stdout, capped.output
 
 
 @pytest.mark.parametrize(

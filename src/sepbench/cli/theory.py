@@ -72,13 +72,13 @@ def construct(
 
 def precision_text(built: Construction, samples: int, seed: int) -> str:
     """'19 bits (1 + 9 + 9)' for a construction exact at 9 fraction bits with values below 2^9; '-' unscored."""
-    from sepbench.theory.precision import MAX_FRACTION_BITS, measure_precision
+    from sepbench.theory.precision import measure_precision
 
     if not samples:
         return "-"
     found = measure_precision(built, samples, seed)
     if not found.exact:
-        return f"inexact at {MAX_FRACTION_BITS} fraction bits"
+        return f"inexact up to {found.fraction_bits} fraction bits"
     return f"{found.bits} bits (1 + {found.integer_bits} + {found.fraction_bits})"
 
 
