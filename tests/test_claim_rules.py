@@ -16,6 +16,13 @@ from sepbench.train.result import EvalPoint, RunResult
 EVAL = {"train.eval_samples": 1000}
 
 
+@pytest.fixture(autouse=True)
+def on_a_cpu(monkeypatch):
+    """The schedules under test are the CPU's (one run to a stack): ``device: auto`` resolves to the CPU even
+    where CUDA is visible."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+
+
 def _run(cfg, points, status="completed"):
     """A stored run with its curve: ``points`` are (step, accuracy, loss)."""
     curve = [EvalPoint(step=s, accuracy=a, loss=l, seconds=0.0) for s, a, l in points]

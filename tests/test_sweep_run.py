@@ -130,6 +130,7 @@ def test_workers_exit_when_the_sweep_process_is_killed_alone(tmp_path):
 
 
 def test_the_same_spec_runs_on_a_local_ray_instance(tmp_path):
+    pytest.importorskip("ray")
     path = tmp_path / "ray.db"
     done = subprocess.run(SWEEP + ["--backend", "ray", "--store", str(path)], env=ENV, capture_output=True, text=True,
                           timeout=900)  # 250 s once beside a second Ray test on a shared core
