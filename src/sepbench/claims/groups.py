@@ -12,7 +12,7 @@ from sepbench.claims.catalogue import Group, config_fields, in_group
 from sepbench.claims.verdicts import RUNS_MISSING, Point
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
-from sepbench.sweep.search import cell_key
+from sepbench.sweep.cells import cell_key, cut_rates
 from sepbench.wording import counted
 from sepbench.train.result import RunResult
 
@@ -65,7 +65,7 @@ def group_point(slot: Slot, label: str, x: float, per: Sequence[str], pick: str,
     for result in slot.results:
         by_cell.setdefault(cell_key(result.config), []).append(result)
     for runs in by_cell.values():
-        cut = {r.config.train.lr for r in runs if r.status == "pruned"}
+        cut = {lr for _, lr in cut_rates(runs)}
         by_lr: dict[float, list[RunResult]] = {}
         for r in runs:
             if r.status in TRAINED and r.config.train.lr not in cut and not math.isnan(value(r)):
@@ -93,7 +93,7 @@ def mean_of(values: Sequence[float]) -> float:
 def rates_counted(runs: Sequence[RunResult], trained: dict[float, list[RunResult]]) -> str:
     """The learning rates a pick was made among (``trained``: none of them cut on any seed) and, where a search
     cut others, how many it searched."""
-    cut = {r.config.train.lr for r in runs if r.status == "pruned"}
+    cut = {lr for _, lr in cut_rates(runs)}
     if not cut:
         return f"{len(trained)} lr"
     return f"{len(trained)} lr trained in full ({len(set(trained) | cut)} searched)"

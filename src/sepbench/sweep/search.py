@@ -11,7 +11,7 @@ import pandas as pd
 from sepbench.config import RunConfig, apply_overrides
 from sepbench.results import TRAINED
 from sepbench.store import Store
-from sepbench.sweep.cells import cell_key  # noqa: F401  (part of the search's API)
+from sepbench.sweep.cells import cell_key, cut_rates  # noqa: F401  (cell_key: part of the search's API)
 from sepbench.sweep.executors import OnResult, Reuse, run_sweep
 from sepbench.sweep.pool import WorkerPool
 from sepbench.train.result import RunResult
@@ -108,7 +108,7 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None))
     on some seed (a settling of its tie stopped part-way), which is not ranked on fewer seeds than the rest. A cell
     every rate of which was cut on some seed (a search stopped part-way) is undecided.
     """
-    cut = {(cell_key(r.config), r.config.train.lr) for r in results if r.status == "pruned"}
+    cut = cut_rates(results)
     runs = runs_frame(results)
     columns = ["cell", "task", "model", "length", "layers", "width", "best_lr", "best_accuracy", "median_accuracy",
                "learning_rates", "seeds", "solved", "verdict", "reason", "runs", "not_trained", "failure"]
