@@ -315,6 +315,47 @@ def test_a_pool_worker_that_dies_fails_only_its_run_and_is_replaced(tmp_path):
     assert {r.config_hash: r.status for r in store.results()} == {h: s for h, (s, _) in status.items()}
 
 
+def test_a_pool_worker_killed_after_a_checkpoint_stores_the_curve_that_checkpoint_holds(tmp_path):
+    import threading
+
+    import torch
+
+    from sepbench.sweep.pool import WorkerPool
+
+    store = Store(tmp_path / "runs.db")
+    cfg = RunConfig.build({"task": {"length": 12}, "model": {"width": 8}, "device": "cpu", "seed": 0,
+                           "train": {"eval_samples": 20, "batch_size": 16, "steps": 100_000, "eval_every": 5,
+                                     "checkpoint_every": 0.02}})
+    path = store.checkpoints / f"{cfg.config_hash()}.pt"
+    saved = []
+
+    def kill_once_the_checkpoint_holds_evaluations(pool: WorkerPool) -> None:
+        deadline = time.monotonic() + 120
+        while not saved and time.monotonic() < deadline:
+            time.sleep(0.05)
+            (pid,) = pool.running or (None,)
+            if pid is None or not path.exists():
+                continue
+            os.kill(pid, signal.SIGSTOP)  # no save after the one read here
+            curve = RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve
+            if curve:
+                saved.extend(curve)
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGCONT)
+
+    results = []
+    with WorkerPool(1) as pool:
+        killer = threading.Thread(target=kill_once_the_checkpoint_holds_evaluations, args=(pool,))
+        killer.start()
+        pool.run([cfg], store, results.append)
+        killer.join()
+    (result,) = results
+    assert result.status == "failed" and "exit code -9" in result.error and "--retry-failed resumes it" in result.error
+    assert saved and result.curve == saved == store.get(cfg.config_hash()).curve
+    assert path.exists()
+
+
 def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(tmp_path):
     import torch
 

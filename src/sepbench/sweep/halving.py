@@ -17,7 +17,7 @@ from typing import Collection, Sequence
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.executors import OnResult, Reuse, failed_result, plan
+from sepbench.sweep.executors import OnResult, Reuse, failed_result, lost_run, plan
 from sepbench.sweep.cells import cell_key
 from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
 from sepbench.sweep.ties import mean_and_variance, within_noise
@@ -333,7 +333,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                         results, steps, cut_at = [], 0, {}
                         for cfg in futures[future]:
                             if not store.has(cfg.config_hash()):
-                                failed = failed_result(cfg, error)
+                                failed = lost_run(cfg, error, store)
                                 store.put(failed)
                                 collect(failed)
                     outcome.steps += steps

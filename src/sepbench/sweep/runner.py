@@ -11,12 +11,13 @@ import signal
 import threading
 import traceback
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.train.keeping import Keeping
-from sepbench.train.result import RunResult
+from sepbench.train.result import EvalPoint, RunResult
 
 OnResult = Callable[[RunResult], None]
 
@@ -39,11 +40,31 @@ def failed_result(config: RunConfig, error: BaseException, kind: str | None = No
 
 
 def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult:
-    """The failed result of a run whose worker was lost; it says when the run's checkpoint is kept to resume from."""
+    """The failed result of a run whose worker was lost, with the curve its checkpoint holds (what it trained up
+    to its last save); it says when that checkpoint is kept to resume from."""
     result = failed_result(config, error)
-    if (store.checkpoints / f"{result.config_hash}.pt").exists():
+    path = store.checkpoints / f"{result.config_hash}.pt"
+    if path.exists():
+        result.curve = checkpointed_curve(path, config)
         result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
     return result
+
+
+def checkpointed_curve(path: Path, config: RunConfig) -> list[EvalPoint]:
+    """The evaluations in the checkpoint at ``path``, if this code wrote it for ``config`` (else none: a resume
+    would set it aside). Read only: the file stays for ``--retry-failed``."""
+    import torch
+
+    from sepbench.train.checkpoint import FORMAT
+    from sepbench.train.environment import code_version
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        current = (payload["format"], payload["config_hash"], payload["code_version"]) == (
+            FORMAT, config.config_hash(), code_version())
+        return RunResult.model_validate_json(payload["state"]["result"]).curve if current else []
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint has no curve to give; a resume sets it aside
+        return []
 
 
 def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
