@@ -17,10 +17,11 @@ EVAL = {"train.eval_samples": 1000}
 
 
 @pytest.fixture(autouse=True)
-def on_a_cpu(monkeypatch):
+def on_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The schedules under test are the CPU's (one run to a stack): ``device: auto`` resolves to the CPU even
-    where CUDA is visible."""
+    where CUDA is visible, here and in any process started from here."""
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 def _run(cfg, points, status="completed"):

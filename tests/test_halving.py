@@ -1,3 +1,4 @@
+import contextlib
 import math
 import os
 import shutil
@@ -399,6 +400,14 @@ def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
     assert summary(parallel) == summary(inline)
 
 
+def _signalled(pids: list[int], signum: int) -> list[int]:
+    """``pids`` after sending each ``signum``, a process already gone skipped."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    return pids
+
+
 def _worker_pids() -> list[int]:
     """This process's children that a spawned pool started (multiprocessing's resource tracker left out)."""
     found = []
@@ -426,23 +435,26 @@ def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoint
     store = Store(tmp_path / "runs.db")
     saved: dict[str, list[EvalPoint]] = {}
 
-    def curve_in(path) -> list[EvalPoint]:
+    def curve_in(path: Path) -> list[EvalPoint]:
         if not path.exists():
             return []
         return RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve
 
     def kill_the_workers_once_a_checkpoint_holds_evaluations() -> None:
+        stopped: list[int] = []
         deadline = time.monotonic() + 180
-        while not saved and time.monotonic() < deadline:
-            time.sleep(0.05)
-            workers = _worker_pids()
-            for pid in workers:
-                os.kill(pid, signal.SIGSTOP)  # no save after the ones read here
-            curves = {c.config_hash(): curve_in(store.checkpoints / f"{c.config_hash()}.pt") for c in configs}
-            if any(curves.values()):
-                saved.update(curves)
-            for pid in workers:
-                os.kill(pid, signal.SIGKILL if saved else signal.SIGCONT)
+        try:
+            while not saved and time.monotonic() < deadline:
+                time.sleep(0.05)
+                stopped = _signalled(_worker_pids(), signal.SIGSTOP)  # no save after the ones read here
+                curves = {c.config_hash(): curve_in(store.checkpoints / f"{c.config_hash()}.pt") for c in configs}
+                if any(curves.values()):
+                    saved.update(curves)
+                else:
+                    _signalled(stopped, signal.SIGCONT)
+                    stopped = []
+        finally:  # found, failed or timed out: the workers end, so run_halving returns
+            _signalled(stopped or _worker_pids(), signal.SIGKILL)
 
     killer = threading.Thread(target=kill_the_workers_once_a_checkpoint_holds_evaluations)
     killer.start()

@@ -331,18 +331,20 @@ def test_a_pool_worker_killed_after_a_checkpoint_stores_the_curve_that_checkpoin
 
     def kill_once_the_checkpoint_holds_evaluations(pool: WorkerPool) -> None:
         deadline = time.monotonic() + 120
-        while not saved and time.monotonic() < deadline:
-            time.sleep(0.05)
-            (pid,) = pool.running or (None,)
-            if pid is None or not path.exists():
-                continue
-            os.kill(pid, signal.SIGSTOP)  # no save after the one read here
-            curve = RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve
-            if curve:
-                saved.extend(curve)
-                os.kill(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGCONT)
+        try:
+            while not saved and time.monotonic() < deadline:
+                time.sleep(0.05)
+                (pid,) = pool.running or (None,)
+                if pid is None or not path.exists():
+                    continue
+                os.kill(pid, signal.SIGSTOP)  # no save after the one read here
+                saved.extend(RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve)
+                if not saved:
+                    os.kill(pid, signal.SIGCONT)
+        finally:  # found, failed or timed out: the worker ends, so pool.run returns
+            for busy in pool.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(busy, signal.SIGKILL)
 
     results = []
     with WorkerPool(1) as pool:

@@ -51,15 +51,15 @@ def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult
 
 
 def checkpointed_curve(path: Path, config: RunConfig) -> list[EvalPoint]:
-    """The evaluations in the checkpoint at ``path``, if this code wrote it for ``config`` (else none: a resume
-    would set it aside). Read only: the file stays for ``--retry-failed``."""
+    """The evaluations in the checkpoint at ``path`` (a solo run's or a stacked member's), if this code wrote it
+    for ``config``; none otherwise. Read only, memory-mapped: the file stays for ``--retry-failed``."""
     import torch
 
     from sepbench.train.checkpoint import FORMAT
     from sepbench.train.environment import code_version
 
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         current = (payload["format"], payload["config_hash"], payload["code_version"]) == (
             FORMAT, config.config_hash(), code_version())
         return RunResult.model_validate_json(payload["state"]["result"]).curve if current else []
