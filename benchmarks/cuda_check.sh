@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU: the tests that need one, a short training run per mixer family on the GPU
-# (--device auto), the zoo benchmark on cuda and stacked runs against sequential ones. Run from a checkout: bash benchmarks/cuda_check.sh [PYTHON]
+# (--device auto), the zoo benchmark on cuda, stacked runs against sequential ones, and the whole suite with CUDA
+# visible (on every core, with pytest-xdist). Run from a checkout: bash benchmarks/cuda_check.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${1:-python3}
@@ -15,3 +16,4 @@ done
 "$PYTHON" -m sepbench results --store "$store" --by-seed
 "$PYTHON" benchmarks/zoo.py --device cuda
 "$PYTHON" benchmarks/throughput.py --only _throughput_group
+"$PYTHON" -m pytest -q -rs -n "$(nproc)" -p no:cacheprovider
