@@ -1,11 +1,5 @@
-import contextlib
 import math
-import os
 import shutil
-import signal
-import threading
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -398,73 +392,6 @@ def test_cells_halve_in_parallel_workers_as_they_do_inline(tmp_path):
     assert len(outcome.results) == 4 and outcome.steps == 2 * (2 * 10 + 10)
     summary = lambda s: sorted((r.config_hash, r.status, r.steps, r.accuracy) for r in s.results())  # noqa: E731
     assert summary(parallel) == summary(inline)
-
-
-def _signalled(pids: list[int], signum: int) -> list[int]:
-    """``pids`` after sending each ``signum``, a process already gone skipped."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-    return pids
-
-
-def _worker_pids() -> list[int]:
-    """This process's children that a spawned pool started (multiprocessing's resource tracker left out)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == os.getpid() and b"spawn_main" in command:
-            found.append(int(stat.parent.name))
-    return found
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
-def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoints_curves(tmp_path):
-    """Slow for its two spawned workers' start-up (importing torch), not for training."""
-    import torch
-
-    spec = {**SPEC, "base": apply_overrides(BASE, {"train.steps": 100_000, "train.eval_every": 5,
-                                                   "train.checkpoint_every": 0.02}),
-            "seeds": [0], "lr_grid": [1e-2, 1e-3], "grid": {"model.width": [8, 16]}}
-    configs = SweepSpec.build(spec).expand()
-    store = Store(tmp_path / "runs.db")
-    saved: dict[str, list[EvalPoint]] = {}
-
-    def curve_in(path: Path) -> list[EvalPoint]:
-        if not path.exists():
-            return []
-        return RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve
-
-    def kill_the_workers_once_a_checkpoint_holds_evaluations() -> None:
-        stopped: list[int] = []
-        deadline = time.monotonic() + 180
-        try:
-            while not saved and time.monotonic() < deadline:
-                time.sleep(0.05)
-                stopped = _signalled(_worker_pids(), signal.SIGSTOP)  # no save after the ones read here
-                curves = {c.config_hash(): curve_in(store.checkpoints / f"{c.config_hash()}.pt") for c in configs}
-                if any(curves.values()):
-                    saved.update(curves)
-                else:
-                    _signalled(stopped, signal.SIGCONT)
-                    stopped = []
-        finally:  # found, failed or timed out: the workers end, so run_halving returns
-            _signalled(stopped or _worker_pids(), signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_the_workers_once_a_checkpoint_holds_evaluations)
-    killer.start()
-    run_halving(configs, store, workers=2, finalists=1)
-    killer.join()
-    assert any(saved.values())
-    for cfg in configs:
-        result = store.get(cfg.config_hash())
-        assert result.status == "failed" and result.curve == saved[cfg.config_hash()]
-        assert ("--retry-failed resumes it" in result.error) == (store.checkpoints / f"{cfg.config_hash()}.pt").exists()
 
 
 def _stored_cell(tmp_path, name: str, curves: dict[float, list[tuple[int, float]]]) -> Store:

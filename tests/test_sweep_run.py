@@ -342,9 +342,7 @@ def test_a_pool_worker_killed_after_a_checkpoint_stores_the_curve_that_checkpoin
                 if not saved:
                     os.kill(pid, signal.SIGCONT)
         finally:  # found, failed or timed out: the worker ends, so pool.run returns
-            for busy in pool.running:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(busy, signal.SIGKILL)
+            _signalled(list(pool.running), signal.SIGKILL)
 
     results = []
     with WorkerPool(1) as pool:
@@ -356,6 +354,69 @@ def test_a_pool_worker_killed_after_a_checkpoint_stores_the_curve_that_checkpoin
     assert result.status == "failed" and "exit code -9" in result.error and "--retry-failed resumes it" in result.error
     assert saved and result.curve == saved == store.get(cfg.config_hash()).curve
     assert path.exists()
+
+
+def _signalled(pids: list[int], signum: int) -> list[int]:
+    """``pids`` after sending each ``signum``, a process already gone skipped."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
+def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoints_curves(tmp_path):
+    """Slow for its two spawned workers' start-up (importing torch), not for training."""
+    import threading
+
+    import torch
+
+    from sepbench.sweep.halving import run_halving
+    from sepbench.train import EvalPoint
+
+    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
+            "model": {"name": "lstm", "width": 16}, "device": "cpu",
+            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
+                      "checkpoint_every": 0.02}}
+    configs = SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
+                               "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+    store = Store(tmp_path / "runs.db")
+    saved: dict[str, list[EvalPoint]] = {}
+
+    def workers() -> list[int]:
+        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command]
+
+    def curve_in(path: Path) -> list[EvalPoint]:
+        if not path.exists():
+            return []
+        return RunResult.model_validate_json(torch.load(path, weights_only=True)["state"]["result"]).curve
+
+    def kill_the_workers_once_a_checkpoint_holds_evaluations() -> None:
+        stopped: list[int] = []
+        deadline = time.monotonic() + 180
+        try:
+            while not saved and time.monotonic() < deadline:
+                time.sleep(0.05)
+                stopped = _signalled(workers(), signal.SIGSTOP)  # no save after the ones read here
+                curves = {c.config_hash(): curve_in(store.checkpoints / f"{c.config_hash()}.pt") for c in configs}
+                if any(curves.values()):
+                    saved.update(curves)
+                else:
+                    _signalled(stopped, signal.SIGCONT)
+                    stopped = []
+        finally:  # found, failed or timed out: the workers end, so run_halving returns
+            _signalled(stopped or workers(), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_workers_once_a_checkpoint_holds_evaluations)
+    killer.start()
+    run_halving(configs, store, workers=2, finalists=1)
+    killer.join()
+    assert any(saved.values())
+    for cfg in configs:
+        result = store.get(cfg.config_hash())
+        assert result.status == "failed" and result.curve == saved[cfg.config_hash()]
+        assert ("--retry-failed resumes it" in result.error) == (store.checkpoints / f"{cfg.config_hash()}.pt").exists()
 
 
 def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(tmp_path):
