@@ -533,6 +533,35 @@ def test_a_halving_claim_is_estimated_at_the_steps_its_search_plans(tmp_path, mo
     assert "of a successive-halving search, at the steps it plans" in result.rows[0][-1]
 
 
+def test_the_progress_workload_of_a_search_is_its_planned_steps_less_what_stored_runs_and_checkpoints_hold(tmp_path):
+    from sepbench.claims.reproduce import plan_claim, workload
+    from sepbench.sweep.halving import group_cells, planned_steps, schedule
+
+    (claim,) = select(None, "dyck-depth")
+    store = Store(tmp_path / "s.db")
+    cells = group_cells(plan_claim(claim, "cpu", store).todo)
+    per_cell = planned_steps(schedule(4000, 7, 2.0, 250, 2), 7) * 3  # seven rates, three seeds
+
+    def left(cell: list) -> float:
+        found = workload([plan_claim(claim, "cpu", store)], store, 1, None)
+        return sum(found.steps_left.get(cfg.config_hash(), 0.0) for cfg in cell)
+
+    first, other = cells[0], cells[1]
+    assert left(first) == pytest.approx(per_cell) and left(other) == pytest.approx(per_cell)
+    cut = [cfg for cfg in first if cfg.train.lr == first[0].train.lr]
+    for cfg in cut:
+        store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="pruned", steps=500,
+                            metrics={"accuracy": 0.5}))
+    resuming = next(cfg for cfg in first if cfg not in cut)
+    store.put_running(RunResult(config=resuming, config_hash=resuming.config_hash(), status="completed", steps=750))
+    store.checkpoints.mkdir()
+    (store.checkpoints / f"{resuming.config_hash()}.pt").write_bytes(b"")
+    found = workload([plan_claim(claim, "cpu", store)], store, 2, None)
+    assert found.resumed_at[resuming.config_hash()] == 750 and found.parallel == 2
+    assert left(first) == pytest.approx(per_cell - 3 * 500 - 750) and left(other) == pytest.approx(per_cell)
+    assert cut[0].config_hash() not in found.steps_left
+
+
 def test_a_dry_run_says_whether_the_runs_to_train_fit_the_cpu_scales_core_hour_targets(tmp_path, monkeypatch):
     from sepbench.claims.reproduce import plan_claim
     from sepbench.claims.tables import dry_run

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from sepbench.claims.catalogue import Claim
 from sepbench.claims.checks import NotComputed, cached, swept_parameter
@@ -16,6 +16,9 @@ from sepbench.sweep.executors import OnResult, Reuse, plan, run_sweep
 from sepbench.sweep.interrupts import interrupts_counted
 from sepbench.sweep.spec import SweepSpec
 from sepbench.train.result import RunResult
+
+if TYPE_CHECKING:
+    from sepbench.sweep.costs import Workload
 
 
 @dataclass
@@ -37,20 +40,29 @@ class ClaimPlan:
 
     @property
     def shares(self) -> dict[str, float]:
-        """Per config hash of a halving run, the share of its full budget the search plans: its cell's planned
-        steps (``halving.schedule``, no early stop) over every learning rate's full budget, so that estimates
-        count a search, not a grid."""
-        from sepbench.sweep.halving import planned_steps, schedule
+        """Per config hash of a halving run (not one settled), the share of its full budget the search plans
+        (``halving.planned_shares``)."""
+        from sepbench.sweep.halving import planned_shares
 
         shares = {}
         for spec, runs in self.searches:
-            lrs = len(spec.lr_grid or [])
-            for cfg in runs:
-                if cfg.config_hash() in self.settled:
-                    continue
-                rungs = schedule(cfg.train.steps, lrs, spec.halving_eta, cfg.train.eval_every, spec.halving_finalists)
-                shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * cfg.train.steps)
+            searched = [cfg for cfg in runs if cfg.config_hash() not in self.settled]
+            shares.update(planned_shares(searched, len(spec.lr_grid or []), spec.halving_eta, spec.halving_finalists))
         return shares
+
+
+def workload(plans: Sequence[ClaimPlan], store: Store, workers: int, group_size: int | None) -> Workload:
+    """What the plans' runs to train should cost (``costs.workload``), for the progress line's ETA, ``workers``
+    stacks training at once."""
+    from sepbench.sweep.costs import workload as expected
+    from sepbench.sweep.grouped import default_group_size
+
+    todo = [cfg for p in plans for cfg in p.todo]
+    shares = {h: share for p in plans for h, share in p.shares.items()}
+    searched = [(cfg, shares[cfg.config_hash()]) for p in plans for _, runs in p.searches for cfg in runs
+                if cfg.config_hash() in shares]
+    stacks = group_size or (default_group_size(todo[0].device) if todo else 1)
+    return expected(todo, store, workers * stacks, searched)
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,

@@ -79,7 +79,7 @@ def reproduce(
     --with-model, only that model's runs are trained and shown beside the catalogue's stored runs (no verdict).
     """
     from sepbench.claims import select
-    from sepbench.claims.reproduce import judge_all, plan_claim
+    from sepbench.claims.reproduce import judge_all, plan_claim, workload
     from sepbench.claims.tables import budget_text
     from sepbench.store import Store
     from sepbench.sweep import Reuse, SweepInterrupted
@@ -138,7 +138,7 @@ def reproduce(
     say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {counted(todo, 'run')} to train in "
         f"{db.path}")
     try:
-        with SweepProgress("reproduce", todo, err) as progress:
+        with SweepProgress("reproduce", todo, err, workload=workload(plans, db, workers, group_size)) as progress:
             advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
                        if write_evidence else progress.advance)
             verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=advance,

@@ -20,6 +20,7 @@ from sepbench.wording import counted
 
 if TYPE_CHECKING:
     from sepbench.store import Store
+    from sepbench.sweep.costs import Workload
     from sepbench.sweep.driver import SpecPlan
 
 
@@ -35,7 +36,7 @@ def sweep(
     address: Optional[str] = typer.Option(None, help="Ray cluster address for ray.init [default: a local instance]"),
     store: Optional[Path] = store_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="list the runs the sweep would train, train nothing"),
-    device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N)"),
+    device: Optional[str] = typer.Option(None, help="override every run's device (auto, cpu, cuda, cuda:N or mps)"),
     retry_failed: bool = retry_failed_option(),
     retrain_stale: bool = typer.Option(False, "--retrain-stale", help="train again the runs stored by other code"),
     force: bool = typer.Option(False, "--force", help="train every run again, stored or not"),
@@ -68,7 +69,8 @@ def sweep(
             def planned(p: SpecPlan) -> None:
                 _say_plan(p, db, backend, workers)
                 if not dry_run:
-                    progress.append(shown.enter_context(SweepProgress(spec.name, len(p.trains), err)))
+                    bar = SweepProgress(spec.name, len(p.trains), err, workload=_workload(p, db, workers))
+                    progress.append(shown.enter_context(bar))
 
             outcome = run_spec(spec, db, workers=workers, backend=backend.value, address=address,
                                reuse=Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force),
@@ -90,6 +92,18 @@ def sweep(
             f"{len(outcome.with_status('failed'))} failed, {len(outcome.with_status('diverged'))} diverged; "
             f"{counted(len(db), 'run')} in {db.path}")
     exit_on_failures(outcome.failed, "sweep")
+
+
+def _workload(planned: SpecPlan, db: Store, workers: int) -> Workload:
+    """What the sweep's runs to train should cost, for its progress line's ETA (``costs.workload``)."""
+    from sepbench.sweep.costs import workload
+    from sepbench.sweep.halving import planned_shares
+
+    spec, searched = planned.spec, []
+    if planned.halving:
+        shares = planned_shares(planned.configs, len(spec.lr_grid or []), spec.halving_eta, spec.halving_finalists)
+        searched = [(cfg, shares[cfg.config_hash()]) for cfg in planned.configs]
+    return workload(planned.trains, db, workers * planned.group_size, searched)
 
 
 def _say_plan(planned: SpecPlan, db: Store, backend: SweepBackend, workers: int) -> None:

@@ -81,15 +81,15 @@ def shape(cfg: RunConfig) -> tuple:
             cfg.model.model_dump_json(), cfg.train.batch_size, cfg.train.eval_samples, cfg.device)
 
 
-def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
+def stored_costs(store: Store, any_code: bool = False) -> dict[tuple, ShapeCost]:
     """Per shape, the median seconds per step of stored finished runs (their evaluations included): a CPU run's
     CPU seconds where it counted them and they are fewer than its wall seconds (on one thread a shared core or a
     paused process inflates only the wall time; on several, CPU seconds count every thread), else wall seconds.
-    Only runs that would run alike here count (``comparable``)."""
+    Only runs that would run alike here count (``comparable``); ``any_code``: whichever code trained them."""
     import numpy as np
 
     found: dict[tuple, list[float]] = {}
-    current = code_version()
+    current = None if any_code else code_version()
     for result in filter(lambda result: comparable(result, current), store.results()):
         seconds = result.wall_seconds
         if result.device == "cpu" and result.cpu_seconds:
@@ -99,16 +99,16 @@ def stored_costs(store: Store) -> dict[tuple, ShapeCost]:
     return {key: ShapeCost(float(np.median(values)), 0.0, "stored") for key, values in found.items()}
 
 
-def comparable(result: RunResult, current_code: str) -> bool:
+def comparable(result: RunResult, current_code: str | None) -> bool:
     """Whether ``result``'s speed says what its shape costs here: trained by this code (a kernel change alters
-    a step's cost) on the kind of device its config resolves to here (a GPU run does not time a CPU plan). Two
-    devices of one type (two CPUs, two GPUs) are not told apart: a store filled on another machine plans at that
-    machine's speed."""
+    a step's cost; None: by any) on the kind of device its config resolves to here (a GPU run does not time a CPU
+    plan). Two devices of one type (two CPUs, two GPUs) are not told apart: a store filled on another machine
+    plans at that machine's speed."""
     try:
         here = resolve_device(result.config.device).type
     except (ValueError, RuntimeError):
         return False
-    return result.code_version == current_code and torch.device(result.device).type == here
+    return current_code in (None, result.code_version) and torch.device(result.device).type == here
 
 
 def timed_cost(cfg: RunConfig) -> ShapeCost:
@@ -211,6 +211,61 @@ def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, Shap
         result.sources[cost.source] += 1
         result.searched += share is not None
     return result
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the runs to train should cost, per config hash: seconds a step (``step_seconds``) and the steps each
+    has left. It lets a progress line's ETA weigh a search's finalists above the rates it cuts early, and a slow
+    model above a fast one."""
+
+    step_seconds: dict[str, float]
+    steps_left: dict[str, float]
+    resumed_at: dict[str, int]
+    """Per config hash of a run that resumes from a checkpoint, the checkpoint's step."""
+    parallel: int = 1
+    """Runs that train at once (workers times their stacks)."""
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.step_seconds[h] * steps for h, steps in self.steps_left.items())
+
+
+def workload(todo: Sequence[RunConfig], store: Store, parallel: int,
+             searched: Sequence[tuple[RunConfig, float]] = ()) -> Workload:
+    """What ``todo`` should cost: each run's steps left at its shape's seconds a step. A grid run has its budget
+    left. ``searched``: every run of the learning-rate searches with the share of its budget its search plans
+    (``halving.planned_shares``); a cell of them has the steps its search plans less those its stored runs trained.
+    Either, less the step of a checkpoint a run resumes from, as the store's running table last saw it."""
+    from sepbench.sweep.halving import group_cells
+
+    todo = list({cfg.config_hash(): cfg for cfg in todo}.values())
+    checkpointed = {entry.result.config_hash: entry.result.steps for entry in store.running()
+                    if (store.checkpoints / f"{entry.result.config_hash}.pt").exists()}
+    resumed_at = {cfg.config_hash(): checkpointed.get(cfg.config_hash(), 0) if cfg.train.checkpoint_every > 0 else 0
+                  for cfg in todo}
+    steps_left = {h: float(max(cfg.train.steps - resumed_at[h], 0)) for h, cfg in zip(resumed_at, todo)}
+    shares = {cfg.config_hash(): share for cfg, share in searched}
+    for cell in group_cells(list({cfg.config_hash(): cfg for cfg, _ in searched}.values())):
+        waiting = [cfg.config_hash() for cfg in cell if cfg.config_hash() in steps_left]
+        if not waiting:
+            continue
+        planned = sum(shares[cfg.config_hash()] * cfg.train.steps for cfg in cell)
+        stored = [store.get(cfg.config_hash()) for cfg in cell if cfg.config_hash() not in steps_left]
+        trained = sum(r.steps for r in stored if r is not None) + sum(resumed_at[h] for h in waiting)
+        steps_left.update((h, max(planned - trained, 0.0) / len(waiting)) for h in waiting)
+    return Workload(step_seconds(todo, store), steps_left, resumed_at, parallel)
+
+
+def step_seconds(configs: Sequence[RunConfig], store: Store) -> dict[str, float]:
+    """Per config hash, seconds a step with its evaluations spread over the steps: a stored shape's cost (by any
+    code), else forward FLOPs at ``FLOP_RATE``. Nothing is timed: these weigh runs for a progress line's ETA."""
+    costs = stored_costs(store, any_code=True)
+    seconds = {}
+    for cfg in configs:
+        cost = costs.get(shape(cfg)) or flops_cost(cfg)
+        seconds[cfg.config_hash()] = cost.run_seconds(cfg) / max(cfg.train.steps, 1)
+    return seconds
 
 
 def flops_cost(cfg: RunConfig) -> ShapeCost:

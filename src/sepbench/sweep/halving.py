@@ -80,6 +80,16 @@ def planned_steps(rungs: Sequence[Rung], lrs: int) -> int:
     return total
 
 
+def planned_shares(runs: Sequence[RunConfig], lrs: int, eta: float, finalists: int) -> dict[str, float]:
+    """Per config hash of a search's runs, the share of its full budget the search plans: its cell's planned steps
+    (no early stop) over every learning rate's full budget, so that estimates count a search, not a grid."""
+    shares = {}
+    for cfg in runs:
+        rungs = schedule(cfg.train.steps, lrs, eta, cfg.train.eval_every, finalists)
+        shares[cfg.config_hash()] = planned_steps(rungs, lrs) / (lrs * cfg.train.steps)
+    return shares
+
+
 def rank(scores: dict[float, Score | None]) -> list[float]:
     """Learning rates best first: higher mean accuracy, then lower mean loss, then the order given.
 

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sepbench.train.result import RunResult
+
+if TYPE_CHECKING:
+    from sepbench.sweep.costs import Workload
 
 
 def describe(result: RunResult) -> str:
@@ -20,36 +24,54 @@ def describe(result: RunResult) -> str:
 
 
 class SweepProgress:
-    """Counts finished runs; ``advance(result)`` after each. The ETA assumes the remaining runs cost the mean so far."""
+    """Counts finished runs; ``advance(result)`` after each. With a ``costs.Workload``, the ETA is its seconds,
+    scaled by how the finished runs' seconds compare with what it expected of them, less the time gone; without
+    one, it assumes the remaining runs cost the mean so far."""
 
-    def __init__(self, name: str, total: int, console: Console, live: bool | None = None) -> None:
+    def __init__(self, name: str, total: int, console: Console, live: bool | None = None,
+                 workload: Workload | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.name, self.total, self.console = name, total, console
         self.done = 0
         self.finished: set[str] = set()
         """config hashes of the runs advanced so far"""
         self.live = console.is_terminal if live is None else live
-        self.start = time.perf_counter()
+        self.workload, self.clock = workload, clock
+        self.start = clock()
+        self._expected = self._taken = 0.0
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                             TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
                              disable=not self.live)
-        self._job = self._bar.add_task(name, total=total)
+        self._job = self._bar.add_task(name, total=total, eta="-")
 
     def eta_seconds(self) -> float | None:
         if not self.done:
             return None
-        return (time.perf_counter() - self.start) / self.done * (self.total - self.done)
+        elapsed = self.clock() - self.start
+        if self.workload is None or self._expected <= 0:
+            return elapsed / self.done * max(self.total - self.done, 0)
+        return max(0.0, self._taken / self._expected * self.workload.seconds / self.workload.parallel - elapsed)
+
+    def _weigh(self, result: RunResult) -> None:
+        """Add what ``result`` took in this process and what the workload expected of the same steps."""
+        if self.workload is None or result.config_hash not in self.workload.step_seconds or result.steps <= 0:
+            return
+        trained = result.steps - self.workload.resumed_at.get(result.config_hash, 0)
+        if trained > 0:
+            self._expected += self.workload.step_seconds[result.config_hash] * trained
+            self._taken += result.wall_seconds * trained / result.steps
 
     def advance(self, result: RunResult) -> None:
         self.done += 1
         self.finished.add(result.config_hash)
+        self._weigh(result)
         if self.done > self.total:  # runs planned after the start (``reproduce --settle-ties``'s later rounds)
             self.total = self.done
             self._bar.update(self._job, total=self.total)
+        eta = self.eta_seconds()
         if self.live:
-            self._bar.update(self._job, advance=1)
+            self._bar.update(self._job, advance=1, eta=f"{eta:.0f} s")
             self._bar.console.print(describe(result), markup=False, highlight=False)
         else:
-            eta = self.eta_seconds()
             self.console.print(f"[{self.done}/{self.total}] {describe(result)}; ETA {eta:.0f} s",
                                markup=False, highlight=False, soft_wrap=True)
 
