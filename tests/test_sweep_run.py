@@ -522,3 +522,22 @@ def test_the_progress_eta_weighs_a_searchs_finalists_above_the_rates_it_cut_earl
             shown[name] = progress.eta_seconds()
         assert f"; ETA {shown[name]:.0f} s" in out.getvalue().splitlines()[-1]
     assert shown["workload"] == pytest.approx(1800.0) and shown["mean run"] == pytest.approx(400.0)
+
+
+def test_a_progress_total_that_is_an_upper_bound_says_so():
+    """minwidth's total is the most runs its bisection may visit; it visits fewer when a length resolves early."""
+    import io
+
+    from rich.console import Console
+
+    from sepbench import RunConfig
+    from sepbench.sweep.progress import SweepProgress
+    from sepbench.train.result import RunResult
+
+    out = io.StringIO()
+    cfg = RunConfig.build({"task": {"name": "index_lookup", "length": 10}, "model": {"name": "lstm", "width": 8}})
+    with SweepProgress("minwidth", 4, Console(file=out, width=200), live=False, at_most=True) as progress:
+        progress.advance(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", steps=10,
+                                   wall_seconds=1.0, metrics={"accuracy": 0.5}))
+    line = out.getvalue().strip()
+    assert line.startswith("[1/<=4] lstm-(1, 8)") and "; ETA <=" in line

@@ -200,7 +200,7 @@ def minwidth(
                 db.check_writable()
             most_visited = len(set(grid_widths)).bit_length()
             progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
-                                     err, live=False)
+                                     err, live=False, at_most=True)
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
             search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
                                       on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,

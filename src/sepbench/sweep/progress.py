@@ -29,8 +29,11 @@ class SweepProgress:
     one, it assumes the remaining runs cost the mean so far."""
 
     def __init__(self, name: str, total: int, console: Console, live: bool | None = None,
-                 workload: Workload | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 workload: Workload | None = None, clock: Callable[[], float] = time.perf_counter,
+                 at_most: bool = False) -> None:
         self.name, self.total, self.console = name, total, console
+        self.at_most = at_most
+        """``total`` is an upper bound (a bisection visits fewer runs than it may)"""
         self.done = 0
         self.finished: set[str] = set()
         """config hashes of the runs advanced so far"""
@@ -72,7 +75,8 @@ class SweepProgress:
             self._bar.update(self._job, advance=1, eta=f"{eta:.0f} s")
             self._bar.console.print(describe(result), markup=False, highlight=False)
         else:
-            self.console.print(f"[{self.done}/{self.total}] {describe(result)}; ETA {eta:.0f} s",
+            bound = "<=" if self.at_most else ""
+            self.console.print(f"[{self.done}/{bound}{self.total}] {describe(result)}; ETA {bound}{eta:.0f} s",
                                markup=False, highlight=False, soft_wrap=True)
 
     def __enter__(self) -> "SweepProgress":
