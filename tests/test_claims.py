@@ -543,8 +543,9 @@ def test_the_progress_workload_of_a_search_is_its_planned_steps_less_what_stored
     per_cell = planned_steps(schedule(4000, 7, 2.0, 250, 2), 7) * 3  # seven rates, three seeds
 
     def left(cell: list) -> float:
-        found = workload([plan_claim(claim, "cpu", store)], store, 1, None)
-        return sum(found.steps_left.get(cfg.config_hash(), 0.0) for cfg in cell)
+        found = workload([plan_claim(claim, "cpu", store)], store)
+        hashes = {cfg.config_hash() for cfg in cell}
+        return sum(c.steps_left for c in found.cells if set(c.runs) <= hashes)
 
     first, other = cells[0], cells[1]
     assert left(first) == pytest.approx(per_cell) and left(other) == pytest.approx(per_cell)
@@ -556,10 +557,10 @@ def test_the_progress_workload_of_a_search_is_its_planned_steps_less_what_stored
     store.put_running(RunResult(config=resuming, config_hash=resuming.config_hash(), status="completed", steps=750))
     store.checkpoints.mkdir()
     (store.checkpoints / f"{resuming.config_hash()}.pt").write_bytes(b"")
-    found = workload([plan_claim(claim, "cpu", store)], store, 2, None)
-    assert found.resumed_at[resuming.config_hash()] == 750 and found.parallel == 2
+    found = workload([plan_claim(claim, "cpu", store)], store)
+    assert found.resumed_at[resuming.config_hash()] == 750
     assert left(first) == pytest.approx(per_cell - 3 * 500 - 750) and left(other) == pytest.approx(per_cell)
-    assert cut[0].config_hash() not in found.steps_left
+    assert not any(cut[0].config_hash() in c.runs for c in found.cells)
 
 
 def test_a_dry_run_says_whether_the_runs_to_train_fit_the_cpu_scales_core_hour_targets(tmp_path, monkeypatch):

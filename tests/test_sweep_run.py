@@ -492,38 +492,6 @@ def test_progress_grows_its_total_for_runs_planned_after_it_started():
     assert progress.total == 2 and "[2/2]" in out.getvalue() and "[2/1]" not in out.getvalue()
 
 
-def test_the_progress_eta_weighs_a_searchs_finalists_above_the_rates_it_cut_early():
-    """One worker halves four runs of one cell at a second a step: two cut at step 100 (the rung every run reaches
-    first), two finalists to step 1000. When the second cut is reported, 400 s have gone and 1800 remain."""
-    import io
-
-    from rich.console import Console
-
-    from sepbench import RunConfig
-    from sepbench.sweep.costs import Workload
-    from sepbench.sweep.progress import SweepProgress
-    from sepbench.train.result import RunResult
-
-    now = [0.0]
-    runs = [RunConfig.build({"task": {"name": "index_lookup", "length": 10}, "model": {"name": "lstm", "width": 8},
-                             "train": {"lr": lr}}) for lr in (1e-2, 1e-3, 1e-4, 1e-5)]
-    hashes = [cfg.config_hash() for cfg in runs]
-    workload = Workload({h: 1.0 for h in hashes}, {h: 2200 / 4 for h in hashes}, {})
-    shown = {}
-    for name, plan in (("mean run", None), ("workload", workload)):
-        out = io.StringIO()
-        now[0] = 0.0
-        with SweepProgress("reproduce", 4, Console(file=out, width=200), live=False, workload=plan,
-                           clock=lambda: now[0]) as progress:
-            for cfg in runs[:2]:
-                now[0] += 100.0 if cfg is runs[0] else 300.0
-                progress.advance(RunResult(config=cfg, config_hash=cfg.config_hash(), status="pruned", steps=100,
-                                           wall_seconds=100.0, metrics={"accuracy": 0.1}))
-            shown[name] = progress.eta_seconds()
-        assert f"; ETA {shown[name]:.0f} s" in out.getvalue().splitlines()[-1]
-    assert shown["workload"] == pytest.approx(1800.0) and shown["mean run"] == pytest.approx(400.0)
-
-
 def test_a_progress_total_that_is_an_upper_bound_says_so():
     """minwidth's total is the most runs its bisection may visit; it visits fewer when a length resolves early."""
     import io

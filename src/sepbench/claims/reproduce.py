@@ -18,7 +18,7 @@ from sepbench.sweep.spec import SweepSpec
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
-    from sepbench.sweep.costs import Workload
+    from sepbench.sweep.workload import Workload
 
 
 @dataclass
@@ -51,18 +51,14 @@ class ClaimPlan:
         return shares
 
 
-def workload(plans: Sequence[ClaimPlan], store: Store, workers: int, group_size: int | None) -> Workload:
-    """What the plans' runs to train should cost (``costs.workload``), for the progress line's ETA, ``workers``
-    stacks training at once."""
-    from sepbench.sweep.costs import workload as expected
-    from sepbench.sweep.grouped import default_group_size
+def workload(plans: Sequence[ClaimPlan], store: Store) -> Workload:
+    """What the plans' runs to train should cost, for the progress line's ETA (``sweep.workload``)."""
+    from sepbench.sweep.workload import workload as expected
 
-    todo = [cfg for p in plans for cfg in p.todo]
     shares = {h: share for p in plans for h, share in p.shares.items()}
     searched = [(cfg, shares[cfg.config_hash()]) for p in plans for _, runs in p.searches for cfg in runs
                 if cfg.config_hash() in shares]
-    stacks = group_size or (default_group_size(todo[0].device) if todo else 1)
-    return expected(todo, store, workers * stacks, searched)
+    return expected([cfg for p in plans for cfg in p.todo], store, searched)
 
 
 def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | None = None,

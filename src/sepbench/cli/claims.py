@@ -138,7 +138,7 @@ def reproduce(
     say(f"reproduce: {counted(len(claims), 'claim')} at the {scale.value} scale, {counted(todo, 'run')} to train in "
         f"{db.path}")
     try:
-        with SweepProgress("reproduce", todo, err, workload=workload(plans, db, workers, group_size)) as progress:
+        with SweepProgress("reproduce", todo, err, workload=workload(plans, db)) as progress:
             advance = (_writing_evidence(progress.advance, claims, scale.value, db, evidence_dir, overrides)
                        if write_evidence else progress.advance)
             verdicts = judge_all(claims, scale.value, db, overrides, workers=workers, on_result=advance,

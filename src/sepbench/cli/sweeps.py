@@ -20,8 +20,8 @@ from sepbench.wording import counted
 
 if TYPE_CHECKING:
     from sepbench.store import Store
-    from sepbench.sweep.costs import Workload
     from sepbench.sweep.driver import SpecPlan
+    from sepbench.sweep.workload import Workload
 
 
 class SweepBackend(str, Enum):
@@ -69,7 +69,7 @@ def sweep(
             def planned(p: SpecPlan) -> None:
                 _say_plan(p, db, backend, workers)
                 if not dry_run:
-                    bar = SweepProgress(spec.name, len(p.trains), err, workload=_workload(p, db, workers))
+                    bar = SweepProgress(spec.name, len(p.trains), err, workload=_workload(p, db))
                     progress.append(shown.enter_context(bar))
 
             outcome = run_spec(spec, db, workers=workers, backend=backend.value, address=address,
@@ -94,16 +94,16 @@ def sweep(
     exit_on_failures(outcome.failed, "sweep")
 
 
-def _workload(planned: SpecPlan, db: Store, workers: int) -> Workload:
-    """What the sweep's runs to train should cost, for its progress line's ETA (``costs.workload``)."""
-    from sepbench.sweep.costs import workload
+def _workload(planned: SpecPlan, db: Store) -> Workload:
+    """What the sweep's runs to train should cost, for its progress line's ETA (``sweep.workload``)."""
     from sepbench.sweep.halving import planned_shares
+    from sepbench.sweep.workload import workload
 
     spec, searched = planned.spec, []
     if planned.halving:
         shares = planned_shares(planned.configs, len(spec.lr_grid or []), spec.halving_eta, spec.halving_finalists)
         searched = [(cfg, shares[cfg.config_hash()]) for cfg in planned.configs]
-    return workload(planned.trains, db, workers * planned.group_size, searched)
+    return workload(planned.trains, db, searched)
 
 
 def _say_plan(planned: SpecPlan, db: Store, backend: SweepBackend, workers: int) -> None:

@@ -213,61 +213,6 @@ def estimate(configs: Sequence[RunConfig], store: Store, known: dict[tuple, Shap
     return result
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What the runs to train should cost, per config hash: seconds a step (``step_seconds``) and the steps each
-    has left. It lets a progress line's ETA weigh a search's finalists above the rates it cuts early, and a slow
-    model above a fast one."""
-
-    step_seconds: dict[str, float]
-    steps_left: dict[str, float]
-    resumed_at: dict[str, int]
-    """Per config hash of a run that resumes from a checkpoint, the checkpoint's step."""
-    parallel: int = 1
-    """Runs that train at once (workers times their stacks)."""
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.step_seconds[h] * steps for h, steps in self.steps_left.items())
-
-
-def workload(todo: Sequence[RunConfig], store: Store, parallel: int,
-             searched: Sequence[tuple[RunConfig, float]] = ()) -> Workload:
-    """What ``todo`` should cost: each run's steps left at its shape's seconds a step. A grid run has its budget
-    left. ``searched``: every run of the learning-rate searches with the share of its budget its search plans
-    (``halving.planned_shares``); a cell of them has the steps its search plans less those its stored runs trained.
-    Either, less the step of a checkpoint a run resumes from, as the store's running table last saw it."""
-    from sepbench.sweep.halving import group_cells
-
-    todo = list({cfg.config_hash(): cfg for cfg in todo}.values())
-    checkpointed = {entry.result.config_hash: entry.result.steps for entry in store.running()
-                    if (store.checkpoints / f"{entry.result.config_hash}.pt").exists()}
-    resumed_at = {cfg.config_hash(): checkpointed.get(cfg.config_hash(), 0) if cfg.train.checkpoint_every > 0 else 0
-                  for cfg in todo}
-    steps_left = {h: float(max(cfg.train.steps - resumed_at[h], 0)) for h, cfg in zip(resumed_at, todo)}
-    shares = {cfg.config_hash(): share for cfg, share in searched}
-    for cell in group_cells(list({cfg.config_hash(): cfg for cfg, _ in searched}.values())):
-        waiting = [cfg.config_hash() for cfg in cell if cfg.config_hash() in steps_left]
-        if not waiting:
-            continue
-        planned = sum(shares[cfg.config_hash()] * cfg.train.steps for cfg in cell)
-        stored = [store.get(cfg.config_hash()) for cfg in cell if cfg.config_hash() not in steps_left]
-        trained = sum(r.steps for r in stored if r is not None) + sum(resumed_at[h] for h in waiting)
-        steps_left.update((h, max(planned - trained, 0.0) / len(waiting)) for h in waiting)
-    return Workload(step_seconds(todo, store), steps_left, resumed_at, parallel)
-
-
-def step_seconds(configs: Sequence[RunConfig], store: Store) -> dict[str, float]:
-    """Per config hash, seconds a step with its evaluations spread over the steps: a stored shape's cost (by any
-    code), else forward FLOPs at ``FLOP_RATE``. Nothing is timed: these weigh runs for a progress line's ETA."""
-    costs = stored_costs(store, any_code=True)
-    seconds = {}
-    for cfg in configs:
-        cost = costs.get(shape(cfg)) or flops_cost(cfg)
-        seconds[cfg.config_hash()] = cost.run_seconds(cfg) / max(cfg.train.steps, 1)
-    return seconds
-
-
 def flops_cost(cfg: RunConfig) -> ShapeCost:
     """Forward FLOPs at ``FLOP_RATE``: three forwards' worth per training step, one forward per evaluation row."""
     from sepbench.sweep.search import estimate_forward_flops

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
-    from sepbench.sweep.costs import Workload
+    from sepbench.sweep.workload import Workload
 
 
 def describe(result: RunResult) -> str:
@@ -24,9 +24,8 @@ def describe(result: RunResult) -> str:
 
 
 class SweepProgress:
-    """Counts finished runs; ``advance(result)`` after each. With a ``costs.Workload``, the ETA is its seconds,
-    scaled by how the finished runs' seconds compare with what it expected of them, less the time gone; without
-    one, it assumes the remaining runs cost the mean so far."""
+    """Counts finished runs; ``advance(result)`` after each. With a ``Workload``, the ETA is the work left at the
+    pace of the work done so far; without one, it assumes the remaining runs cost the mean so far."""
 
     def __init__(self, name: str, total: int, console: Console, live: bool | None = None,
                  workload: Workload | None = None, clock: Callable[[], float] = time.perf_counter,
@@ -40,7 +39,8 @@ class SweepProgress:
         self.live = console.is_terminal if live is None else live
         self.workload, self.clock = workload, clock
         self.start = clock()
-        self._expected = self._taken = 0.0
+        self._reached: dict[str, int] = {}
+        """the steps each finished run of the workload reached"""
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
                              TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
                              disable=not self.live)
@@ -50,23 +50,17 @@ class SweepProgress:
         if not self.done:
             return None
         elapsed = self.clock() - self.start
-        if self.workload is None or self._expected <= 0:
-            return elapsed / self.done * max(self.total - self.done, 0)
-        return max(0.0, self._taken / self._expected * self.workload.seconds / self.workload.parallel - elapsed)
-
-    def _weigh(self, result: RunResult) -> None:
-        """Add what ``result`` took in this process and what the workload expected of the same steps."""
-        if self.workload is None or result.config_hash not in self.workload.step_seconds or result.steps <= 0:
-            return
-        trained = result.steps - self.workload.resumed_at.get(result.config_hash, 0)
-        if trained > 0:
-            self._expected += self.workload.step_seconds[result.config_hash] * trained
-            self._taken += result.wall_seconds * trained / result.steps
+        if self.workload is not None:
+            done, left = self.workload.progress(self._reached)
+            if done > 0:
+                return elapsed * left / done
+        return elapsed / self.done * max(self.total - self.done, 0)
 
     def advance(self, result: RunResult) -> None:
         self.done += 1
         self.finished.add(result.config_hash)
-        self._weigh(result)
+        if self.workload is not None and result.config_hash in self.workload.step_seconds:
+            self._reached[result.config_hash] = result.steps
         if self.done > self.total:  # runs planned after the start (``reproduce --settle-ties``'s later rounds)
             self.total = self.done
             self._bar.update(self._job, total=self.total)
