@@ -26,6 +26,8 @@ class Cell:
 
 @dataclass
 class Workload:
+    """The runs to train as cells of work, and what tells how far they have come."""
+
     step_seconds: dict[str, float]
     """Per config hash, the expected seconds of one of its steps."""
     cells: list[Cell]
