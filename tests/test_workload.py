@@ -110,7 +110,7 @@ def test_a_run_resumes_from_its_checkpoints_step_as_the_running_table_or_its_los
 
 def test_nothing_to_train_is_no_work_and_the_eta_falls_back_to_the_mean_run(tmp_path):
     empty = workload([], Store(tmp_path / "none.db"))
-    assert empty.cells == [] and empty.seconds == 0.0
+    assert empty.cells == [] and empty.progress({}) == (0.0, 0.0)
     other = config()
     now = [0.0]
     with SweepProgress("sweep", 3, Console(file=io.StringIO()), live=False, workload=empty,
@@ -122,4 +122,4 @@ def test_nothing_to_train_is_no_work_and_the_eta_falls_back_to_the_mean_run(tmp_
 
 def test_a_workload_by_hand_weighs_each_cell_by_its_own_step_cost():
     plan = Workload({"a": 1.0, "b": 3.0}, [Cell(("a",), 100.0), Cell(("b",), 100.0)], {})
-    assert plan.seconds == 400.0 and plan.progress({"a": 100}) == (100.0, 300.0)
+    assert plan.progress({}) == (0.0, 400.0) and plan.progress({"a": 100}) == (100.0, 300.0)

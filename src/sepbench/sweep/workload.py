@@ -36,11 +36,6 @@ class Workload:
     store: Store | None = None
     """Where runs in training report their steps."""
 
-    @property
-    def seconds(self) -> float:
-        """The work left when the sweep started."""
-        return sum(self._cell_seconds(cell, cell.steps_left) for cell in self.cells)
-
     def _cell_seconds(self, cell: Cell, steps: float) -> float:
         return self.step_seconds[cell.runs[0]] * steps
 
