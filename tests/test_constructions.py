@@ -127,7 +127,8 @@ def test_the_accepted_nearest_neighbor_width_is_accepted_by_the_construction_on_
     # a coherence of exactly 1/2 (e.g. 24/48) is rejected by the width search and the build alike
     for seed in range(3):
         width = C.min_code_width("nearest_neighbor", 50, seed)
-        assert C.construct("nearest_neighbor", 50, seed=seed).model is not None, width
+        built = C.construct("nearest_neighbor", 50, code_width=width, seed=seed)
+        assert built.code_width == width and built.accuracy(100, seed=seed) == 1.0, width
 
 
 def test_the_construct_command_scores_margin_queries():

@@ -67,6 +67,7 @@ def lis_config(**train) -> RunConfig:
     })
 
 
+@pytest.mark.slow
 def test_transformer_learns_lis_by_greedy_decoding():
     result = train(lis_config())
     assert result.status == "solved", result.curve
@@ -87,6 +88,7 @@ def test_cot_runs_are_deterministic_and_fixed_data_is_disjoint():
     assert len(train_rows) == 500 and not train_rows & test_rows
 
 
+@pytest.mark.slow
 def test_transformer_learns_small_arithmetic_by_greedy_decoding():
     """The reference format with brackets and modular steps, at a CPU budget: n = 2 operators mod 5 (chance: 20%).
 

@@ -18,8 +18,8 @@ def test_table2_reproduces_the_paper():
     rows = {line.split("│")[1].strip(): line.split("│")[2:6] for line in paper_table.splitlines() if line.count("│") == 6}
     for model in ("transformer", "sparse_transformer"):
         assert [cell.strip() for cell in rows[model]] == PAPER[model]
-    for width, length, printed in zip((256, 512, 512, 512), (87, 221, 355, 505), PAPER["linear_transformer"]):
-        assert abs(sequence_flops("linear_transformer", width, 3, length).paper / 1e9 - printed) / printed < 2e-3
+    ours = [float(cell) for cell in rows["linear_transformer"]]  # within 0.2%, and the printed rounding of 0.0005
+    assert all(abs(a - b) <= 2e-3 * b + 5e-4 for a, b in zip(ours, PAPER["linear_transformer"])), ours
 
 
 def test_true_count_adds_the_attention_that_table_2_leaves_out():

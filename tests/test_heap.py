@@ -36,11 +36,16 @@ def faults_per_step(malloc: str) -> float:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the heap setting is glibc's")
 def test_a_kept_heap_stops_a_training_step_faulting_its_memory_in_again():
-    # the kept heap's count is the fewest of three processes: once, beside a full parallel test run and a training job,
-    # one process read 1725 faults a step where alone it reads at most ~321 (the default's: 16-18k)
-    system, kept = faults_per_step("system"), min(faults_per_step("keep") for _ in range(3))
+    # the kept heap's count is the fewest of up to three processes: once, beside a full parallel test run and a
+    # training job, one process read 1725 faults a step where alone it reads at most ~321 (the default's: 16-18k)
+    system, kept = faults_per_step("system"), faults_per_step("keep")
+    for _ in range(2):
+        if kept < system / 10:
+            break
+        kept = min(kept, faults_per_step("keep"))
     assert system > 5000, system
     assert kept < system / 10, (kept, system)
 

@@ -106,8 +106,7 @@ def kernels_built_with(flag: str, monkeypatch: pytest.MonkeyPatch, caches: Path)
         patch.setattr(cpu_kernels, "FLAGS", [*cpu_kernels.FLAGS, flag])
         cpu_kernels._load.cache_clear()
         try:
-            if kernel_library() is None:
-                pytest.skip(f"Mamba's kernels do not build with {flag} here")
+            assert kernel_library() is not None, f"Mamba's kernels do not build with {flag}"  # generic vectors
             assert list(cache.glob("mamba_cpu-*.so"))  # the build was made and is the one used
             yield
         finally:

@@ -51,7 +51,8 @@ def test_where_onednn_cannot_take_the_product_f_linear_does():
 @needs_onednn
 def test_decoding_steps_agree_with_the_whole_sequence_through_onednn():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="mamba", layers=2, width=16), 9, 20).eval()
+    model = build_model(ModelConfig(name="mamba", layers=2, width=16, options={"linear": "onednn"}), 9, 20).eval()
+    assert model.compute_paths(torch.device("cpu"))["linear"] == "onednn"
     tokens = torch.randint(0, 9, (3, 12))
     with torch.no_grad():
         whole = model(tokens)

@@ -154,6 +154,8 @@ def test_cli_flags_and_set_take_plugins(plugin, store_path):
     by_set = runner.invoke(app, common + ["--set", f"model.name={plugin}:RenamedLSTM"])
     assert by_set.exit_code == 0, by_set.output
     assert f"{plugin}:RenamedLSTM" in by_flag.stdout
+    stored = sorted((r.config.task.name, r.config.model.name) for r in Store(store_path).results())
+    assert stored == [("index_lookup", f"{plugin}:RenamedLSTM"), (f"{plugin}:RenamedLookup", f"{plugin}:RenamedLSTM")]
 
 
 def test_cli_refuses_a_bad_plugin_with_exit_2_and_trains_nothing(plugin, store_path):

@@ -118,11 +118,14 @@ def test_min_width_trains_what_the_store_lacks(tmp_path):
                                   "train.batch_size": 16, "task.options": {"alphabet_size": 4, "min_length": 2}})
     rule = SolvedRule(threshold=0.4, k=1, m=1)
     search = search_min_width(base, [4, 8], [4, 32], rule, store)
-    assert search.trained == len(store) == sum(len(c) for c in search.checked.values())
+    assert set(search.checked) == set(search.smallest) == {4, 8}
+    assert search.trained > 0 and search.trained == len(store) == sum(len(c) for c in search.checked.values())
+    assert search.steps == sum(r.steps for r in store.results()) > 0
     for n, found in search.smallest.items():
         accuracy = {r.config.model.width: r.accuracy for r in store.results(length=n)}
+        assert set(accuracy) == set(search.checked[n])
         assert all((accuracy[w] >= 0.4) == ok for w, ok in search.checked[n].items())
-        assert found is None or accuracy[found] >= 0.4
+        assert found == min((w for w, ok in search.checked[n].items() if ok), default=None)
 
 
 def test_min_flops_picks_the_cheapest_solving_size():

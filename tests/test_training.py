@@ -3,7 +3,7 @@ import math
 import pytest
 
 from sepbench import RunConfig, train
-from sepbench.train.loop import lr_factor
+from sepbench.train.loop import Trainer, lr_factor
 
 
 def quick(**train_overrides) -> RunConfig:
@@ -34,6 +34,13 @@ def test_same_seed_same_metrics():
 def test_fixed_data_mode_and_extra_eval_lengths():
     cfg = quick(steps=60, data="fixed", train_size=256, eval_every=30)
     cfg = RunConfig.build({**cfg.model_dump(), "task": {**cfg.task.model_dump(), "eval_lengths": [10, 15]}})
+    trainer = Trainer(cfg)
+    assert not trainer.fresh_data() and trainer.fixed.inputs.shape[0] == 256
+    rows = {tuple(row.tolist()) for row in trainer.fixed.inputs}
+    for _ in range(3):
+        batch = trainer.next_batch()
+        width = batch.inputs.shape[1]
+        assert all(tuple(row.tolist()) in {r[:width] for r in rows} for row in batch.inputs)
     result = train(cfg)
     assert {"accuracy", "loss", "accuracy@10", "accuracy@15"} <= set(result.metrics)
 

@@ -18,6 +18,7 @@ def test_every_architecture_has_a_learning_budget():
     assert {name for name, _, _ in BUDGETS} == set(MODELS.names())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,length,steps", BUDGETS)
 def test_learns_short_index_lookup(name, length, steps):
     outcome = mixers.learns_index_lookup(name, length, steps, threshold=0.9)
