@@ -50,6 +50,7 @@ def test_by_seed_csv_has_every_metric_detail_and_the_flattened_config(tmp_path):
     assert pd.isna(frame.loc[2, "accuracy"]) and pd.isna(frame.loc[3, "accuracy"])
     assert frame.loc[2, "parameters"] == 1234 and pd.isna(frame.loc[3, "parameters"])  # failed before its model
     assert json.loads(frame.loc[0, "config.task.eval_lengths"]) == [24] and (frame["config.task.length"] == 12).all()
+    assert not {"config.train.checkpoint_every", "config.train.tensorboard"} & set(frame.columns)  # never stored
 
 
 def test_default_view_aggregates_seeds_and_keeps_failures_out_of_the_accuracy(tmp_path):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sepbench.config import ConfigError
+from sepbench.config import WATCH_FIELDS, ConfigError
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _metric_order(name: str) -> tuple[int, str, int]:
 
 def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
     """One row per run: the summary, every final metric (``accuracy@N`` included), the run's details, its cell
-    (``cell_hash``) and its full config as ``config.section.field`` columns."""
+    (``cell_hash``) and its config as ``config.section.field`` columns (all but the unstored ``WATCH_FIELDS``)."""
     rows = []
     for r in results:
         cfg = r.config
@@ -66,7 +66,7 @@ def run_rows(results: Sequence[RunResult]) -> pd.DataFrame:
         row.update({name: getattr(r, name) for name in DETAILS})
         row["parameters"] = r.parameters or None  # a run that failed before its model was built counted none
         row["compute_paths"] = ",".join(f"{name}={path}" for name, path in sorted(r.compute_paths.items()))
-        row.update(flatten(cfg.model_dump(mode="json"), "config."))
+        row.update(flatten(cfg.model_dump(mode="json", exclude={"train": WATCH_FIELDS}), "config."))  # never stored
         rows.append(row)
     metrics = sorted({m for r in results for m in r.metrics} | {"accuracy", "loss"}, key=_metric_order)
     config = sorted({c for row in rows for c in row if c.startswith("config.")})
