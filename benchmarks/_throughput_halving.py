@@ -25,7 +25,7 @@ from sepbench.sweep import SweepSpec, run_sweep  # noqa: E402
 from sepbench.sweep.halving import halve_cell, lr_score, run_halving, schedule  # noqa: E402
 from sepbench.sweep.search import select_lr  # noqa: E402
 
-LRS = [1e-2, 5e-3, 1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 1e-6]  # Bhattamishra et al. 2024, App. H
+LRS = [1e-2, 5e-3, 1e-3, 5e-4, 1e-4, 5e-5, 1e-5, 1e-6]  # Bhattamishra et al. 2024, App. H (L866), and 1e-5
 TOLERANCE = 0.02
 TRAIN = {"steps": 1000, "batch_size": 64, "eval_every": 100, "eval_samples": 500, "threshold": 0.99}
 TF = {"name": "transformer", "layers": 1, "width": 32, "heads": 4}

@@ -1,4 +1,4 @@
-"""Tasks of the separations suite: generators pass their plain-Python checkers, and the spec's sec. 9.1 facts."""
+"""Tasks of the separations suite: generators pass their plain-Python checkers, and the facts the paper states."""
 import numpy as np
 import pytest
 import torch

@@ -1,7 +1,7 @@
 """Reconstruction-level expectations of the reconstruction for R1-R3, fixed seeds, tolerance 0.05.
 
-Where a point is cheap the trial count is raised above the spec's 100-200 so that +-0.05 is at least about
-2.3 binomial standard errors; the expectations themselves are the spec's (sec. 7 and sec. 9).
+Where a point is cheap the trial count is raised above 100-200 so that +-0.05 is at least about 2.3 binomial
+standard errors; the expectations are the reconstruction's rough values (docs/softmax_vs_linear.md).
 """
 import pytest
 

@@ -24,7 +24,7 @@ def test_sparse_mask_is_equation_6(block, k, c):
 
 
 def test_sparse_default_block_size_follows_the_paper():
-    # Yang et al. sec. 6.1: B = 2^floor(log2 sqrt(L)); the spec lists 8/8/16/16 for L = 87/221/355/505
+    # Yang et al. sec. 6.1: B = 2^floor(log2 sqrt(L)), which is 8/8/16/16 for L = 87/221/355/505
     assert [default_block_size(n) for n in (87, 221, 355, 505)] == [8, 8, 16, 16]
 
 

@@ -43,7 +43,7 @@ def budget_text(runs: Sequence[RunConfig]) -> str:
             f"(the best per cell by mean accuracy), {len(seeds)} seeds; alphabet of "
             f"{options.get('alphabet_size', 64)} symbols; a run stops once it reaches {train.threshold:g} accuracy "
             f"on {train.eval_samples} strings of length exactly N. A recurrent model that fails here fails with "
-            f"this budget: the paper trains up to 250k steps with 8 learning rates.")
+            f"this budget: the paper trains up to 250k steps with 7 learning rates (L866).")
 
 
 def accuracy_cells(results: Sequence[RunResult]) -> dict[tuple[str, int], str]:
