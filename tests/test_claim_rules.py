@@ -313,6 +313,17 @@ def test_rate_claim_reads_the_recurrent_curves_at_k_times_the_transformers_steps
     assert level.verdict == NOT_REPRODUCED and "2nd best of 2 lr" in level.evidence[0]
 
 
+def test_a_rate_claim_whose_slow_seeds_straddle_the_line_says_so(tmp_path):
+    def make(cfg):
+        return _rate_runs(250, lstm_learns=cfg.model.name == "lstm" and cfg.seed == 0)(cfg)
+
+    claim, (_, rate) = _evaluate(tmp_path, "il-tf-vs-recurrent", make)
+    assert rate.verdict == INCONCLUSIVE
+    assert any("seeds straddle 0.95 at 10 x T (0.1000 to 0.9700)" in r for r in rate.reasons), rate.reasons
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [rate]).label.endswith("seeds straddle the line, no deciding "
+                                                                             "run still learning")
+
+
 def test_a_rate_claim_reads_the_whole_set_accuracy_where_k_times_t_is_the_recurrent_runs_end(tmp_path):
     """At 10 x T = 2500, the recurrent runs' last step, the final accuracy (every evaluation example) is read, not
     the last curve point (which the adaptive budget may have scored on 256 examples)."""
@@ -445,6 +456,27 @@ def test_an_unsolved_width_still_learning_is_undecided(tmp_path, ed_at_64, verdi
     assert linear.verdict == verdict, linear.evidence + linear.reasons
     if verdict == INCONCLUSIVE:
         assert any("width 64: still learning at 1500 steps" in r for r in linear.reasons), linear.reasons
+
+
+def test_a_width_whose_runs_are_missing_is_undecided_and_refutes_nothing(tmp_path):
+    """ED_Local's width 64 not trained: its smallest width may be 64 or 96, below or tied with ED's 96, so the order
+    waits. Read from the stored widths alone it would be 96, a tie at every size, and the claim refuted by runs
+    never trained."""
+    (claim,) = select(None, "yang-ed-local")
+    configs = claim.configs("quick", EVAL)
+    store = Store(tmp_path / "s.db")
+    for cfg in configs:
+        if cfg.task.name == "ed_local" and cfg.model.width == 64:
+            continue
+        if cfg.model.width == 96:
+            store.put(_run(cfg, [(250, 0.5, 0.7), (500, 0.95, 0.1)], status="solved"))
+        else:
+            store.put(_run(cfg, [(s, 0.2, 2.0) for s in STEPS]))
+    outcomes = evaluate_runs(claim, "quick", configs, {r.config_hash: r for r in store.results()})
+    for outcome in outcomes:
+        assert outcome.verdict == INCONCLUSIVE, outcome.evidence + outcome.reasons
+        assert any("{64,96} vs name=edit_distance" in line and line.endswith("{96}") for line in outcome.evidence)
+        assert any("missing" in reason for reason in outcome.reasons), outcome.reasons
 
 
 def test_an_unsolved_width_whose_rising_seeds_could_not_make_k_of_m_is_decided(tmp_path):

@@ -346,7 +346,12 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             outcome.reasons += reasons
             verdicts.append(INCONCLUSIVE)
             continue
-        verdicts.append(level_verdict(slow.values, condition.threshold, "below"))
+        verdict = level_verdict(slow.values, condition.threshold, "below")
+        if verdict == INCONCLUSIVE:
+            outcome.reasons.append(f"N={n}: {SEEDS_STRADDLE} {condition.threshold:g} at {condition.k:g} x T "
+                                   f"({min(slow.values):.4f} to {max(slow.values):.4f}): the rule needs all seeds on "
+                                   "one side")
+        verdicts.append(verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts:
         outcome.reasons.append("no lengths to judge")

@@ -159,6 +159,11 @@ def group_label(group: Group) -> str:
     return " or ".join(parts)
 
 
+def expected_in(configs: Sequence[RunConfig], group: Group, lengths: Sequence[int] | None) -> list[RunConfig]:
+    """The runs of ``group`` at ``lengths`` that the claim's specs name, stored or not."""
+    return [cfg for slot in slots_of(configs, {}, group, lengths).values() for cfg in slot.expected]
+
+
 def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: Group,
              lengths: Sequence[int] | None) -> tuple[list[RunResult], list[str]]:
     slots = slots_of(configs, results, group, lengths)

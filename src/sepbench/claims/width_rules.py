@@ -8,14 +8,16 @@ import pandas as pd
 
 from sepbench.claims.catalogue import (FixedWidth, FlopsOrder, GrowthOrder, MinWidthGrowth, MinWidthOrder,
                                        SolvedRuleFields)
-from sepbench.claims.groups import group_label, member_name, runs_in
+from sepbench.claims.groups import expected_in, group_label, member_name, runs_in
 from sepbench.claims.learning import learning_reason, still_learning, too_few_evaluations
-from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, Outcome, Point,
+from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, RUNS_MISSING,
+                                      Outcome, Point,
                                       combine, flip, order_verdict, weak_order_verdict)
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
 from sepbench.train.result import RunResult
+from sepbench.wording import counted
 
 
 BELOW_GRID = 0.0
@@ -41,20 +43,30 @@ def possible_widths(verdicts: dict[int, str]) -> list[float]:
 
 
 def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str],
-                  notes: list[str] | None = None) -> pd.DataFrame:
+                  notes: list[str] | None = None, expected: Sequence[RunConfig] = ()) -> pd.DataFrame:
     """``select_lr``'s cells with their ``member``; a cell decided unsolved counts as undecided (said in ``notes``)
-    where enough of its best-learning-rate runs short of the line were still learning to make it solved."""
+    where enough of its best-learning-rate runs short of the line were still learning to make it solved, or where
+    runs of it that the specs name (``expected``) are missing: a missing learning rate may be the one that solves.
+    A cell of ``expected`` with no stored run is undecided too."""
+    missing: dict[str, list[RunConfig]] = {}
+    stored = {r.config_hash for r in results}
+    for cfg in expected:
+        if cfg.config_hash() not in stored:
+            missing.setdefault(cell_key(cfg), []).append(cfg)
     cells = select_lr(results, rule)
     if cells.empty:
-        return cells
+        return _unstored_cells(cells, missing, per)
     names = {cell_key(r.config): member_name(r.config, per) for r in results}
     cells = cells.assign(member=[names[c] for c in cells.cell])
     by_cell: dict[str, list[RunResult]] = {}
     for r in results:
         by_cell.setdefault(cell_key(r.config), []).append(r)
-    verdicts = list(cells.verdict)
+    verdicts, why = list(cells.verdict), list(cells.reason)
     for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
         if verdict != "unsolved":
+            continue
+        if cell in missing:
+            verdicts[i], why[i] = "undecided", f"{counted(len(missing[cell]), 'run')} {RUNS_MISSING}"
             continue
         runs = [r for r in by_cell[cell] if r.config.train.lr == best_lr]
         cell_rule = rule.for_cell(runs[0].config.train.threshold)
@@ -69,19 +81,32 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
             if notes is not None:
                 first = by_cell[cell][0].config
                 notes.append(f"{member_name(first, per)} N={first.task.length} width {first.model.width}: {reason}")
-    return cells.assign(verdict=verdicts)
+    return _unstored_cells(cells.assign(verdict=verdicts, reason=why), missing, per)
+
+
+def _unstored_cells(cells: pd.DataFrame, missing: dict[str, list[RunConfig]], per: Sequence[str]) -> pd.DataFrame:
+    """``cells`` with a row, undecided, for each cell of ``missing`` none of whose runs is stored."""
+    known = set(cells.cell) if not cells.empty else set()
+    rows = [{"cell": cell, "member": member_name(configs[0], per), "length": configs[0].task.length,
+             "layers": configs[0].model.layers, "width": configs[0].model.width, "verdict": "undecided",
+             "reason": f"{counted(len(configs), 'run')} {RUNS_MISSING}"}
+            for cell, configs in missing.items() if cell not in known]
+    if not rows:
+        return cells
+    return pd.concat([cells, pd.DataFrame(rows)], ignore_index=True) if not cells.empty else pd.DataFrame(rows)
 
 
 MEMBER_WIDTH_KEYS = ("length", "width")
 """A member's cells are one per length and width, whatever depth or heads they have."""
 
 
-def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None
-               ) -> dict[str, dict[int, list[float]]]:
+def width_sets(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str], notes: list[str] | None = None,
+               expected: Sequence[RunConfig] = ()) -> dict[str, dict[int, list[float]]]:
     """Per member, per length: the possible smallest solving widths (``possible_widths``), a width solved by any
     of the member's cells (its depths or heads) counting as solved. A width decided unsolved whose
-    best-learning-rate runs were still learning counts as undecided (said in ``notes``)."""
-    cells = decided_cells(results, rule, per, notes)
+    best-learning-rate runs were still learning counts as undecided (said in ``notes``), as does one with runs of
+    ``expected`` missing (``decided_cells``)."""
+    cells = decided_cells(results, rule, per, notes, expected)
     if cells.empty:
         return {}
     sets: dict[str, dict[int, list[float]]] = {}
@@ -115,10 +140,13 @@ def _width_points(label: str, per_length: dict[int, list[float]]) -> list[Point]
 
 def min_width_growth(condition: MinWidthGrowth, scale: str, configs: Sequence[RunConfig],
                       results: dict[str, RunResult]) -> Outcome:
-    found, reasons = runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    lengths = condition.lengths_at(scale)
+    found, reasons = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = []
-    for member, per_length in sorted(width_sets(found, _rule(condition.solved), condition.per, outcome.reasons).items()):
+    sets = width_sets(found, _rule(condition.solved), condition.per, outcome.reasons,
+                      expected_in(configs, condition.group, lengths))
+    for member, per_length in sorted(sets.items()):
         small, large = min(per_length), max(per_length)
         outcome.evidence.append(f"{member}: smallest solving width N={small} {_widths_text(per_length[small])}, "
                                 f"N={large} {_widths_text(per_length[large])}")
@@ -146,8 +174,8 @@ def min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunC
     runs_b, reasons_b = runs_in(configs, results, condition.b, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=reasons_a + reasons_b)
     verdicts = [INCONCLUSIVE] if outcome.reasons else []
-    sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons)
-    sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons)
+    sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons, expected_in(configs, condition.a, lengths))
+    sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons, expected_in(configs, condition.b, lengths))
     label_a, label_b = group_label(condition.a), group_label(condition.b)
     tasks = sorted(set(sets_a) & set(sets_b)) if set(sets_a) & set(sets_b) else [None]
     for task in tasks:
@@ -184,7 +212,8 @@ def fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
     found, reasons = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = [INCONCLUSIVE] if reasons else []
-    cells = decided_cells(found, _rule(condition.solved), condition.per, outcome.reasons)
+    cells = decided_cells(found, _rule(condition.solved), condition.per, outcome.reasons,
+                          expected_in(configs, condition.group, lengths))
     if cells.empty:
         outcome.reasons.append("no runs")
         return outcome
@@ -235,10 +264,12 @@ def _growth_factor(per_length: dict[int, list[float]]) -> list[float] | None:
 
 def growth_order(condition: GrowthOrder, scale: str, configs: Sequence[RunConfig],
                   results: dict[str, RunResult]) -> Outcome:
-    found, reasons = runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    lengths = condition.lengths_at(scale)
+    found, reasons = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = [INCONCLUSIVE] if reasons else []
-    sets = width_sets(found, _rule(condition.solved), ["model.name", "task.name"], outcome.reasons)
+    sets = width_sets(found, _rule(condition.solved), ["model.name", "task.name"], outcome.reasons,
+                      expected_in(configs, condition.group, lengths))
     for model in sorted({r.config.model.name for r in found}):
         factors = {task: _growth_factor(sets.get(f"{model}/{task}", {0: [INF]})) for task in (condition.a, condition.b)}
         text = ", ".join(f"{task} x{'|'.join('>grid' if f == INF else f'{f:g}' for f in v) if v else ' undefined'}"
@@ -255,10 +286,11 @@ def growth_order(condition: GrowthOrder, scale: str, configs: Sequence[RunConfig
 
 def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
                  results: dict[str, RunResult]) -> Outcome:
-    found, reasons = runs_in(configs, results, condition.group, condition.lengths_at(scale))
+    lengths = condition.lengths_at(scale)
+    found, reasons = runs_in(configs, results, condition.group, lengths)
     rule = _rule(condition.solved)
     notes: list[str] = []
-    sets = width_sets(found, rule, ["model.name", "task.name"], notes)
+    sets = width_sets(found, rule, ["model.name", "task.name"], notes, expected_in(configs, condition.group, lengths))
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
     depths_of: dict[tuple[str, str, int], set[int]] = {}
     for r in found:
