@@ -10,6 +10,7 @@ from sepbench.claims.series_rules import evaluate_series
 from sepbench.claims.verdicts import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, ClaimVerdict, combine
 from sepbench.claims.learning import trend
 from sepbench.claims.report import draw, tally
+from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.train.result import EvalPoint, RunResult
 
@@ -477,6 +478,35 @@ def test_a_width_whose_runs_are_missing_is_undecided_and_refutes_nothing(tmp_pat
         assert outcome.verdict == INCONCLUSIVE, outcome.evidence + outcome.reasons
         assert any("{64,96} vs name=edit_distance" in line and line.endswith("{96}") for line in outcome.evidence)
         assert any("missing" in reason for reason in outcome.reasons), outcome.reasons
+
+
+@pytest.mark.parametrize("stored_rates, gap, verdict", [
+    ({1e-3: [0.2, 0.2, 0.2]}, "missing", "undecided"),  # the untrained rate may solve
+    ({1e-3: [0.2, 0.2, 0.2], 1e-2: [0.95, 0.95]}, "missing", "undecided"),  # solved on two seeds, the third may
+    ({1e-3: [0.2, 0.2, 0.2]}, "failed", "undecided"),  # a rate that failed is a gap, not a losing rate
+    ({1e-3: [0.2, 0.2, 0.2], 1e-2: [0.2, 0.2, 0.2]}, None, "unsolved"),
+])
+def test_a_cell_of_several_rates_with_runs_missing_or_failed_is_undecided(stored_rates, gap, verdict):
+    from sepbench.claims.width_rules import decided_cells
+    from sepbench.sweep.search import SolvedRule
+
+    def config(lr, seed):
+        return RunConfig.build({"task": {"name": "index_lookup", "length": 12}, "model": {"width": 32},
+                                "train": {"lr": lr}, "seed": seed, "device": "cpu"})
+
+    expected = [config(lr, seed) for lr in (1e-3, 1e-2) for seed in range(3)]
+    results = [_run(config(lr, seed), [(s, a, 1.0) for s in STEPS]) for lr, accs in stored_rates.items()
+               for seed, a in enumerate(accs)]
+    if gap == "failed":
+        results += [_run(config(1e-2, seed), [(250, 0.0, 1.0)], status="failed") for seed in range(3)]
+    rule = SolvedRule(0.9, 2, 3)
+    (cell,) = decided_cells(results, rule, ["model.name"], expected=expected).itertuples()
+    assert cell.verdict == verdict, cell.reason
+    if verdict == "undecided":
+        assert "of 2 learning rates missing" in cell.reason
+    (alone,) = decided_cells([r for r in results if r.config.train.lr == 1e-3], rule, ["model.name"],
+                             expected=[c for c in expected if c.train.lr == 1e-3][:2]).itertuples()
+    assert alone.verdict == "unsolved"  # one rate: k of m reads the seeds stored
 
 
 def test_an_unsolved_width_whose_rising_seeds_could_not_make_k_of_m_is_decided(tmp_path):

@@ -45,17 +45,21 @@ def possible_widths(verdicts: dict[int, str]) -> list[float]:
 def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[str],
                   notes: list[str] | None = None, expected: Sequence[RunConfig] = ()) -> pd.DataFrame:
     """``select_lr``'s cells with their ``member``; a cell decided unsolved counts as undecided (said in ``notes``)
-    where enough of its best-learning-rate runs short of the line were still learning to make it solved, or where
-    runs of it that the specs name (``expected``) are missing: a missing learning rate may be the one that solves.
-    A cell of ``expected`` with no stored run is undecided too."""
-    missing: dict[str, list[RunConfig]] = {}
-    stored = {r.config_hash for r in results}
+    where enough of its best-learning-rate runs short of the line were still learning to make it solved. Of the
+    runs the specs name (``expected``), those missing or failed are gaps: a cell of several learning rates with a
+    gap is undecided, solved or not, as the rate ranked best may change once they train (with one rate,
+    ``select_lr``'s k of m already reads missing seeds), and a cell with no stored run is undecided too."""
+    gaps: dict[str, list[RunConfig]] = {}
+    rates: dict[str, set[float]] = {}
+    stored = {r.config_hash: r for r in results}
     for cfg in expected:
-        if cfg.config_hash() not in stored:
-            missing.setdefault(cell_key(cfg), []).append(cfg)
+        rates.setdefault(cell_key(cfg), set()).add(cfg.train.lr)
+        found = stored.get(cfg.config_hash())
+        if found is None or found.status == "failed":
+            gaps.setdefault(cell_key(cfg), []).append(cfg)
     cells = select_lr(results, rule)
     if cells.empty:
-        return _unstored_cells(cells, missing, per)
+        return _unstored_cells(cells, gaps, per)
     names = {cell_key(r.config): member_name(r.config, per) for r in results}
     cells = cells.assign(member=[names[c] for c in cells.cell])
     by_cell: dict[str, list[RunResult]] = {}
@@ -63,10 +67,11 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
         by_cell.setdefault(cell_key(r.config), []).append(r)
     verdicts, why = list(cells.verdict), list(cells.reason)
     for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
-        if verdict != "unsolved":
+        if verdict in ("solved", "unsolved") and cell in gaps and len(rates[cell]) > 1:
+            verdicts[i] = "undecided"
+            why[i] = f"{counted(len(gaps[cell]), 'run')} of {counted(len(rates[cell]), 'learning rate')} {RUNS_MISSING}"
             continue
-        if cell in missing:
-            verdicts[i], why[i] = "undecided", f"{counted(len(missing[cell]), 'run')} {RUNS_MISSING}"
+        if verdict != "unsolved":
             continue
         runs = [r for r in by_cell[cell] if r.config.train.lr == best_lr]
         cell_rule = rule.for_cell(runs[0].config.train.threshold)
@@ -81,11 +86,11 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
             if notes is not None:
                 first = by_cell[cell][0].config
                 notes.append(f"{member_name(first, per)} N={first.task.length} width {first.model.width}: {reason}")
-    return _unstored_cells(cells.assign(verdict=verdicts, reason=why), missing, per)
+    return _unstored_cells(cells.assign(verdict=verdicts, reason=why), gaps, per)
 
 
 def _unstored_cells(cells: pd.DataFrame, missing: dict[str, list[RunConfig]], per: Sequence[str]) -> pd.DataFrame:
-    """``cells`` with a row, undecided, for each cell of ``missing`` none of whose runs is stored."""
+    """``cells`` with a row, undecided, for each cell of ``missing`` that ``select_lr`` did not see (no run stored)."""
     known = set(cells.cell) if not cells.empty else set()
     rows = [{"cell": cell, "member": member_name(configs[0], per), "length": configs[0].task.length,
              "layers": configs[0].model.layers, "width": configs[0].model.width, "verdict": "undecided",
