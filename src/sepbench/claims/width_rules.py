@@ -11,8 +11,7 @@ from sepbench.claims.catalogue import (FixedWidth, FlopsOrder, GrowthOrder, MinW
 from sepbench.claims.groups import expected_in, group_label, member_name, runs_in
 from sepbench.claims.learning import learning_reason, still_learning, too_few_evaluations
 from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, RUNS_MISSING,
-                                      Outcome, Point,
-                                      combine, flip, order_verdict, weak_order_verdict)
+                                      Outcome, Point, combine, flip, order_verdict, weak_order_verdict)
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED
 from sepbench.sweep.search import SolvedRule, cell_key, estimate_paper_flops, select_lr, width_verdicts
