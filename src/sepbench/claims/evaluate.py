@@ -266,8 +266,12 @@ def _straddle_text(condition: Compare | Level, points: Sequence[Point]) -> str:
         line, values = f"{condition.threshold:g}", points[0].values
     else:
         line, values = f"a margin of {condition.margin:g}", [a - b for a in points[0].values for b in points[1].values]
-    return (f"{SEEDS_STRADDLE} {line} ({min(values):.4f} to {max(values):.4f}) and no deciding run was still "
-            "learning: the rule needs all seeds on one side")
+    return _seeds_straddle(line, values, " and no deciding run was still learning")
+
+
+def _seeds_straddle(line: str, values: Sequence[float], why: str = "") -> str:
+    return (f"{SEEDS_STRADDLE} {line} ({min(values):.4f} to {max(values):.4f}){why}: the rule needs all seeds on "
+            "one side")
 
 
 def _accuracy_at(result: RunResult, step: float) -> float:
@@ -348,9 +352,8 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             continue
         verdict = level_verdict(slow.values, condition.threshold, "below")
         if verdict == INCONCLUSIVE:
-            outcome.reasons.append(f"N={n}: {SEEDS_STRADDLE} {condition.threshold:g} at {condition.k:g} x T "
-                                   f"({min(slow.values):.4f} to {max(slow.values):.4f}): the rule needs all seeds on "
-                                   "one side")
+            line = f"{condition.threshold:g} at {condition.k:g} x T"
+            outcome.reasons.append(f"N={n}: {_seeds_straddle(line, slow.values)}")
         verdicts.append(verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts:

@@ -159,13 +159,9 @@ def group_label(group: Group) -> str:
     return " or ".join(parts)
 
 
-def expected_in(configs: Sequence[RunConfig], group: Group, lengths: Sequence[int] | None) -> list[RunConfig]:
-    """The runs of ``group`` at ``lengths`` that the claim's specs name, stored or not."""
-    return [cfg for slot in slots_of(configs, {}, group, lengths).values() for cfg in slot.expected]
-
-
 def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: Group,
-             lengths: Sequence[int] | None) -> tuple[list[RunResult], list[str]]:
+            lengths: Sequence[int] | None) -> tuple[list[RunResult], list[str], list[RunConfig]]:
+    """The stored runs of ``group`` at ``lengths``, why some cannot be judged, and every run the specs name there."""
     slots = slots_of(configs, results, group, lengths)
     found = [r for slot in slots.values() for r in slot.results]
     missing = sum(slot.missing for slot in slots.values())
@@ -174,4 +170,4 @@ def runs_in(configs: Sequence[RunConfig], results: dict[str, RunResult], group: 
                                         (failed, f"{counted(failed, 'run')} failed")) if count]
     if not slots:
         reasons.append(f"no run of {group_label(group)} in the claim's specs")
-    return found, reasons
+    return found, reasons, [cfg for slot in slots.values() for cfg in slot.expected]

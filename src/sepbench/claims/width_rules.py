@@ -8,7 +8,7 @@ import pandas as pd
 
 from sepbench.claims.catalogue import (FixedWidth, FlopsOrder, GrowthOrder, MinWidthGrowth, MinWidthOrder,
                                        SolvedRuleFields)
-from sepbench.claims.groups import expected_in, group_label, member_name, runs_in
+from sepbench.claims.groups import group_label, member_name, runs_in
 from sepbench.claims.learning import learning_reason, still_learning, too_few_evaluations
 from sepbench.claims.verdicts import (GRID_BOTTOM_TIE, INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, RUNS_MISSING,
                                       Outcome, Point, combine, flip, order_verdict, weak_order_verdict)
@@ -145,11 +145,10 @@ def _width_points(label: str, per_length: dict[int, list[float]]) -> list[Point]
 def min_width_growth(condition: MinWidthGrowth, scale: str, configs: Sequence[RunConfig],
                       results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
-    found, reasons = runs_in(configs, results, condition.group, lengths)
+    found, reasons, expected = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = []
-    sets = width_sets(found, _rule(condition.solved), condition.per, outcome.reasons,
-                      expected_in(configs, condition.group, lengths))
+    sets = width_sets(found, _rule(condition.solved), condition.per, outcome.reasons, expected)
     for member, per_length in sorted(sets.items()):
         small, large = min(per_length), max(per_length)
         outcome.evidence.append(f"{member}: smallest solving width N={small} {_widths_text(per_length[small])}, "
@@ -174,12 +173,12 @@ def min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunC
                      results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
     rule = _rule(condition.solved)
-    runs_a, reasons_a = runs_in(configs, results, condition.a, lengths)
-    runs_b, reasons_b = runs_in(configs, results, condition.b, lengths)
+    runs_a, reasons_a, expected_a = runs_in(configs, results, condition.a, lengths)
+    runs_b, reasons_b, expected_b = runs_in(configs, results, condition.b, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=reasons_a + reasons_b)
     verdicts = [INCONCLUSIVE] if outcome.reasons else []
-    sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons, expected_in(configs, condition.a, lengths))
-    sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons, expected_in(configs, condition.b, lengths))
+    sets_a = width_sets(runs_a, rule, ["task.name"], outcome.reasons, expected_a)
+    sets_b = width_sets(runs_b, rule, ["task.name"], outcome.reasons, expected_b)
     label_a, label_b = group_label(condition.a), group_label(condition.b)
     tasks = sorted(set(sets_a) & set(sets_b)) if set(sets_a) & set(sets_b) else [None]
     for task in tasks:
@@ -213,11 +212,10 @@ def min_width_order(condition: MinWidthOrder, scale: str, configs: Sequence[RunC
 def fixed_width(condition: FixedWidth, scale: str, configs: Sequence[RunConfig],
                  results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
-    found, reasons = runs_in(configs, results, condition.group, lengths)
+    found, reasons, expected = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = [INCONCLUSIVE] if reasons else []
-    cells = decided_cells(found, _rule(condition.solved), condition.per, outcome.reasons,
-                          expected_in(configs, condition.group, lengths))
+    cells = decided_cells(found, _rule(condition.solved), condition.per, outcome.reasons, expected)
     if cells.empty:
         outcome.reasons.append("no runs")
         return outcome
@@ -269,11 +267,10 @@ def _growth_factor(per_length: dict[int, list[float]]) -> list[float] | None:
 def growth_order(condition: GrowthOrder, scale: str, configs: Sequence[RunConfig],
                   results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
-    found, reasons = runs_in(configs, results, condition.group, lengths)
+    found, reasons, expected = runs_in(configs, results, condition.group, lengths)
     outcome = Outcome(condition.text, INCONCLUSIVE, reasons=list(reasons))
     verdicts = [INCONCLUSIVE] if reasons else []
-    sets = width_sets(found, _rule(condition.solved), ["model.name", "task.name"], outcome.reasons,
-                      expected_in(configs, condition.group, lengths))
+    sets = width_sets(found, _rule(condition.solved), ["model.name", "task.name"], outcome.reasons, expected)
     for model in sorted({r.config.model.name for r in found}):
         factors = {task: _growth_factor(sets.get(f"{model}/{task}", {0: [INF]})) for task in (condition.a, condition.b)}
         text = ", ".join(f"{task} x{'|'.join('>grid' if f == INF else f'{f:g}' for f in v) if v else ' undefined'}"
@@ -291,10 +288,10 @@ def growth_order(condition: GrowthOrder, scale: str, configs: Sequence[RunConfig
 def flops_order(condition: FlopsOrder, scale: str, configs: Sequence[RunConfig],
                  results: dict[str, RunResult]) -> Outcome:
     lengths = condition.lengths_at(scale)
-    found, reasons = runs_in(configs, results, condition.group, lengths)
+    found, reasons, expected = runs_in(configs, results, condition.group, lengths)
     rule = _rule(condition.solved)
     notes: list[str] = []
-    sets = width_sets(found, rule, ["model.name", "task.name"], notes, expected_in(configs, condition.group, lengths))
+    sets = width_sets(found, rule, ["model.name", "task.name"], notes, expected)
     sample = {(r.config.model.name, r.config.task.name, r.config.task.length): r.config for r in found}
     depths_of: dict[tuple[str, str, int], set[int]] = {}
     for r in found:
