@@ -115,3 +115,39 @@ def test_a_resumed_run_replaces_the_points_its_killed_run_logged_after_the_check
     (folder,) = (tmp_path / "tb").iterdir()
     assert scalars(folder)["eval/accuracy"] == [(20, pytest.approx(0.1)), (40, pytest.approx(0.5)),
                                                (60, pytest.approx(0.6))]
+
+
+def _stopped(store: Store, config_hash: str) -> None:
+    """Make the running row of ``config_hash`` one whose process is gone, as after a kill."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE running SET pid = ? WHERE config_hash = ?", (int(gone.stdout), config_hash))
+
+
+def test_discard_forgets_a_stopped_run_and_its_checkpoint_so_its_command_trains_it_from_step_0(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    cfg, other = config(checkpoint_every=1e-9), config(checkpoint_every=1e-9, lr=3e-3)
+    for each in (cfg, other):
+        Trainer(each, Keeping.beside(store)).train_until(40)
+    key, kept = cfg.config_hash(), other.config_hash()
+    checkpoint = store.checkpoints / f"{key}.pt"
+    assert checkpoint.exists() and (store.checkpoints / f"{kept}.pt").exists()
+    base = ["results", "--store", str(store.path), "--running"]
+
+    alive = runner.invoke(app, [*base, "--discard", key])
+    assert alive.exit_code == 2 and "still training" in alive.stderr
+    _stopped(store, key)
+    unknown = runner.invoke(app, [*base, "--discard", key, "--discard", "0123456789abcdef"])
+    assert unknown.exit_code == 2 and "--discard 0123456789abcdef: no run in training" in unknown.stderr
+    assert runner.invoke(app, ["results", "--store", str(store.path), "--discard", key]).exit_code == 2
+    assert checkpoint.exists() and {r.result.config_hash for r in store.running()} == {key, kept}  # nothing removed
+
+    done = runner.invoke(app, [*base, "--discard", key])
+    assert done.exit_code == 0 and f"discarded run {key} (stopped at step 40 of 60)" in done.stdout
+    assert not checkpoint.exists() and [r.result.config_hash for r in store.running()] == [kept]
+    assert (store.checkpoints / f"{kept}.pt").exists()
+    assert train(cfg, progress=False, keeping=Keeping.beside(store)).resumed_from == []

@@ -198,6 +198,11 @@ class Store:
                 self.unreadable.append((config_hash, _first_problem(error)))
         return found
 
+    def discard_running(self, config_hashes: list[str]) -> None:
+        """Drop these runs from the running table, all in one transaction (their checkpoints are the caller's)."""
+        with self._connect() as conn, conn:
+            conn.executemany("DELETE FROM running WHERE config_hash = ?", [(h,) for h in config_hashes])
+
     def has(self, config_hash: str) -> bool:
         if not self.path.exists():
             return False

@@ -39,9 +39,12 @@ def results(
     threshold: Optional[float] = typer.Option(None, help="final accuracy a run needs to count as solved in a cell's "
                                               "k/m [default: the cell's own train.threshold]"),
     running: bool = typer.Option(False, "--running", help="the runs in training instead: step, latest accuracy, ETA"),
+    discard: list[str] = typer.Option([], "--discard", metavar="HASH",
+                                      help="with --running: forget a stopped run, its row and its checkpoint, so its "
+                                      "command trains it from step 0 (repeatable)"),
 ) -> None:
     """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
-    or one row per run with --by-seed; or, with --running, the runs in training."""
+    or one row per run with --by-seed; or, with --running, the runs in training (--discard forgets stopped ones)."""
     from sepbench.results import run_rows, running_rows, seed_cells, write_frame
     from sepbench.store import Store
 
@@ -60,7 +63,12 @@ def results(
             raise ConfigError("--out writes csv, json or parquet; add --format csv, json or parquet")
         if out_file is not None and out_file.is_dir():
             raise ConfigError(f"--out must be a file, but {out_file} is a directory")
+        if discard and not running:
+            raise ConfigError("--discard forgets runs in training; add --running")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
+        if discard:
+            _discard(db, discard)
+            return
         if running:
             chosen = [r for r in db.running() if task in (None, r.result.config.task.name)
                       and model in (None, r.result.config.model.name)]
@@ -93,6 +101,31 @@ def results(
         warn(f"wrote {unit} to {out_file}")
 
 
+def _discard(db, hashes: list[str]) -> None:
+    """Forget stopped runs: their checkpoints, then their rows. Every hash is checked before anything is removed."""
+    entries = {entry.result.config_hash: entry for entry in db.running()}
+    for key in hashes:
+        entry = entries.get(key)
+        if entry is None:
+            listed = ", ".join(sorted(entries)) or "none"
+            raise ConfigError(f"--discard {key}: no run in training with that config hash in {db.path} (there: "
+                              f"{listed}); `sepbench results --running` lists them")
+        if entry.alive is None:
+            raise ConfigError(f"--discard {key}: its process ran on host {entry.host}, so whether it still trains "
+                              "is not known here; discard it on that host")
+        if entry.alive:
+            raise ConfigError(f"--discard {key}: still training (pid {entry.pid}); stop it first (Ctrl-C saves a "
+                              "checkpoint), then discard it")
+    for key in dict.fromkeys(hashes):
+        (db.checkpoints / f"{key}.pt").unlink(missing_ok=True)
+    db.discard_running(list(dict.fromkeys(hashes)))
+    for key in dict.fromkeys(hashes):
+        result = entries[key].result
+        out.print(f"discarded run {key} (stopped at step {result.steps} of {result.config.train.steps}): its row "
+                  "and its checkpoint are gone; its command trains it from step 0", markup=False, highlight=False,
+                  soft_wrap=True)
+
+
 def _print_running(frame, path: Path) -> None:
     if frame.empty:
         out.print(f"no runs in training in {path}", markup=False, highlight=False, soft_wrap=True)
@@ -109,7 +142,7 @@ def _print_running(frame, path: Path) -> None:
     print_whole(table)
     out.print(f"{counted(len(frame), 'run')} in training in {path}; ETA at each run's mean step time so far "
               "(an early stop ends a run sooner); a stopped run resumes from its checkpoint when its command runs "
-              "again",
+              "again (--discard HASH forgets one that no command will resume)",
               markup=False, highlight=False, soft_wrap=True)
 
 
