@@ -419,6 +419,58 @@ def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoint
         assert ("--retry-failed resumes it" in result.error) == (store.checkpoints / f"{cfg.config_hash()}.pt").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
+def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last_checkpoints_curves(tmp_path):
+    """A dead worker breaks the pool, whose executor fails every run and then sends the other workers SIGTERM, on
+    which each saves its checkpoint once more: a run's stored curve is that last save, not one read before it."""
+    import threading
+
+    import torch
+
+    from sepbench.sweep.halving import run_halving
+
+    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
+            "model": {"name": "lstm", "width": 16}, "device": "cpu",
+            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
+                      "checkpoint_every": 60}}
+    configs = SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
+                               "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+    store = Store(tmp_path / "runs.db")
+    killed: list[int] = []
+
+    def in_training() -> list[int]:
+        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command
+                and any(r.pid == pid and r.result.curve for r in store.running())]
+
+    def kill_one_once_both_have_evaluated() -> None:
+        deadline = time.monotonic() + 180
+        try:
+            while len(in_training()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            killed.extend(_signalled(in_training()[:1], signal.SIGKILL))
+        finally:  # found, failed or timed out: the workers end, so run_halving returns
+            if not killed:
+                _signalled([pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command],
+                           signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_one_once_both_have_evaluated)
+    killer.start()
+    run_halving(configs, store, workers=2, finalists=1)
+    killer.join()
+    assert killed
+    kept = {}
+    for cfg in configs:
+        path = store.checkpoints / f"{cfg.config_hash()}.pt"
+        if path.exists():
+            kept[cfg.config_hash()] = RunResult.model_validate_json(
+                torch.load(path, weights_only=True)["state"]["result"]).curve
+    assert kept  # the dead worker's run saved none (a save a minute); the other's run saved on its SIGTERM
+    for cfg in configs:
+        result = store.get(cfg.config_hash())
+        assert result.status == "failed" and result.curve == kept.get(cfg.config_hash(), [])
+
+
 def test_a_one_worker_sweep_trains_on_the_threads_it_is_given_and_restores_them(tmp_path):
     import torch
 

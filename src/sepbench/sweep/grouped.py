@@ -7,7 +7,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
+from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
 from sepbench.sweep.runner import Executor, OnResult, failed_result, lost_run, ray_keeping, start_ray
 from sepbench.train.environment import resolve_device
 from sepbench.train.keeping import Keeping
@@ -131,7 +131,8 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
             for future in finished:
                 try:
                     results = [RunResult.model_validate_json(r) for r in future.result()]
-                except Exception as error:  # noqa: BLE001 - a worker that died takes only its group with it
+                except Exception as error:  # noqa: BLE001 - a group that raised, or each group of a pool a dead worker broke
+                    await_the_rest(pool, error)
                     results = [lost_run(c, error, store) for c in futures[future] if not store.has(c.config_hash())]
                     for result in results:
                         store.put(result)

@@ -19,7 +19,7 @@ from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, failed_result, lost_run, plan
 from sepbench.sweep.cells import cell_key
-from sepbench.sweep.pool import executor_initializer, stopped_on_interrupt
+from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
 from sepbench.sweep.ties import mean_and_variance, within_noise
 from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
@@ -340,6 +340,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                     try:
                         results, steps, cut_at = future.result()
                     except Exception as error:  # noqa: BLE001 - a worker that died fails the runs it left unstored
+                        await_the_rest(pool, error)
                         results, steps, cut_at = [], 0, {}
                         for cfg in futures[future]:
                             if not store.has(cfg.config_hash()):

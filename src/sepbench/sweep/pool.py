@@ -10,6 +10,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -76,6 +77,14 @@ def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolE
                 with contextlib.suppress(OSError):
                     process.terminate()
         raise
+
+
+def await_the_rest(executor: ProcessPoolExecutor, error: BaseException) -> None:
+    """When ``error`` is a worker's death breaking ``executor``, wait until its other workers have ended: it fails
+    every run first and only then sends them SIGTERM, on which each saves its checkpoint again, so the curve of a
+    run it lost (``lost_run``) must be read after that last save."""
+    if isinstance(error, BrokenProcessPool):
+        executor.shutdown(wait=True)
 
 
 def _worker_main(conn: Connection, parent: int) -> None:
