@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.table import Table
@@ -13,6 +13,9 @@ from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_stopp
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 from sepbench.wording import counted
+
+if TYPE_CHECKING:
+    from sepbench.store import Store
 
 
 class ResultsFormat(str, Enum):
@@ -101,7 +104,7 @@ def results(
         warn(f"wrote {unit} to {out_file}")
 
 
-def _discard(db, hashes: list[str]) -> None:
+def _discard(db: Store, hashes: list[str]) -> None:
     """Forget stopped runs: their checkpoints, then their rows. Every hash is checked before anything is removed."""
     entries = {entry.result.config_hash: entry for entry in db.running()}
     for key in hashes:

@@ -131,7 +131,7 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
             for future in finished:
                 try:
                     results = [RunResult.model_validate_json(r) for r in future.result()]
-                except Exception as error:  # noqa: BLE001 - a group that raised, or each group of a pool a dead worker broke
+                except Exception as error:  # noqa: BLE001 - a group that raised, or lost to a broken pool
                     await_the_rest(pool, error)
                     results = [lost_run(c, error, store) for c in futures[future] if not store.has(c.config_hash())]
                     for result in results:
