@@ -136,6 +136,25 @@ def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, 
     assert not store_path.exists()
 
 
+def test_results_out_writes_through_a_link_and_refuses_a_pipe_it_would_replace(tmp_path):
+    import os
+
+    (tmp_path / "tiny.yaml").write_text(TINY_SPEC)
+    store = str(tmp_path / "tiny.db")
+    assert runner.invoke(app, ["sweep", str(tmp_path / "tiny.yaml"), "--store", store]).exit_code == 0
+    (tmp_path / "rows.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "rows.csv")
+    linked = runner.invoke(app, ["results", "--store", store, "--format", "csv", "--out", str(tmp_path / "link.csv")])
+    assert linked.exit_code == 0 and (tmp_path / "link.csv").is_symlink()
+    assert (tmp_path / "rows.csv").read_text().startswith("cell,")
+    os.mkfifo(tmp_path / "pipe")
+    piped = runner.invoke(app, ["results", "--store", store, "--format", "csv", "--out", str(tmp_path / "pipe")])
+    assert piped.exit_code == 2 and len(piped.stderr.splitlines()) == 1
+    assert f"--out {tmp_path / 'pipe'} is not a regular file" in piped.stderr
+    assert (tmp_path / "pipe").is_fifo()
+    assert {p.name for p in tmp_path.iterdir()} == {"link.csv", "pipe", "rows.csv", "tiny.db", "tiny.yaml"}
+
+
 def test_minwidth_takes_a_threshold_above_the_runs_own_when_they_do_not_stop_early(store_path):
     asked = WIDTH_SEARCH + ["--threshold", "0.995", "--steps", "2", "--m", "1", "--k", "1"]
     searched = runner.invoke(app, [*asked, "--set", "train.early_stop=false", "--set", "train.eval_samples=16",

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sepbench.config import WATCH_FIELDS, ConfigError
+from sepbench.files import whole_target
 from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ def write_frame(frame: pd.DataFrame, output: str, path: Path | None = None) -> N
         json_text = frame.to_json(orient="records", indent=2) + "\n"
         sys.stdout.write(frame.to_csv(index=False) if output == "csv" else json_text)
         return
+    path = whole_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     try:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sepbench.config import ConfigError
+from sepbench.files import NotARegularFile
 from sepbench.plugins import PluginError
 from sepbench.registry import UnknownNameError
 from sepbench.store import Store, StoreError
@@ -84,7 +85,7 @@ def bad_input_exits() -> Iterator[None]:
     """Turn a configuration problem into one line on stderr and exit code 2."""
     try:
         yield
-    except (ConfigError, UnknownNameError, PluginError, FileNotFoundError, StoreError) as problem:
+    except (ConfigError, UnknownNameError, PluginError, FileNotFoundError, StoreError, NotARegularFile) as problem:
         warn(f"error: {problem}")
         raise typer.Exit(BAD_INPUT) from None
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_stopped_short, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
+from sepbench.files import NotARegularFile, whole_target
 from sepbench.wording import counted
 
 if TYPE_CHECKING:
@@ -64,8 +65,11 @@ def results(
             raise ConfigError("--format parquet needs --out FILE")
         if output is ResultsFormat.table and out_file is not None:
             raise ConfigError("--out writes csv, json or parquet; add --format csv, json or parquet")
-        if out_file is not None and out_file.is_dir():
-            raise ConfigError(f"--out must be a file, but {out_file} is a directory")
+        if out_file is not None:
+            try:
+                whole_target(out_file)
+            except NotARegularFile as problem:
+                raise ConfigError(f"--out {problem}") from None
         if discard and not running:
             raise ConfigError("--discard forgets runs in training; add --running")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
