@@ -118,6 +118,10 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
      "--out {tmp}/junk.db/rows.csv: {tmp}/junk.db is a file, not a folder"),
     (["results", "--store", "{tmp}/tiny.db", "--out", "/proc/rows.csv", "--format", "csv"],
      "--out /proc/rows.csv: /proc cannot be written"),
+    (["flops", "--model", "transformer", "--width", "8", "--length", "99999999999999999999"],
+     "'--length': Input should be less than or equal to 1000000"),
+    (["table2", "--lengths", "99999999999999999999", "--dims", "transformer=8"],
+     "--lengths expects task sizes from 1 to 1000000, got '99999999999999999999'"),
 ])
 def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, fragment, monkeypatch, capsys):
     from sepbench.cli import main

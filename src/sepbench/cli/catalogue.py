@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sepbench.cli.app import bad_input_exits, out, print_whole
-from sepbench.cli.options import model_call, parse_lengths
+from sepbench.cli.options import LONGEST, model_call, parse_lengths
 from sepbench.config import ConfigError, describe_validation_error
 from sepbench.registry import MODELS, TASKS, Registry
 
@@ -22,8 +22,8 @@ def list_models(
     width: int = typer.Option(64, min=1, help="hidden size for --details"),
     layers: int = typer.Option(2, min=1, help="number of blocks for --details"),
     heads: int = typer.Option(4, min=1, help="attention heads for --details"),
-    length: int = typer.Option(512, min=1, help="sequence length for --details"),
-    vocab: int = typer.Option(32, min=1, help="vocabulary size for --details"),
+    length: int = typer.Option(512, min=1, max=LONGEST, help="sequence length for --details"),
+    vocab: int = typer.Option(32, min=1, max=LONGEST, help="vocabulary size for --details"),
 ) -> None:
     """List the registered architectures (with --details: what each costs at one size)."""
     if not details:
@@ -68,9 +68,10 @@ def flops(
     model: str = typer.Option(..., help="model name (see `sepbench models`)"),
     width: int = typer.Option(..., min=1, help="hidden size d"),
     layers: int = typer.Option(3, min=1, help="number of blocks"),
-    length: int = typer.Option(..., min=1, help="CoT length L; the sequence holds L + 2 tokens (Table 2's convention)"),
+    length: int = typer.Option(..., min=1, max=LONGEST,
+                               help="CoT length L; the sequence holds L + 2 tokens (Table 2's convention)"),
     heads: int = typer.Option(4, min=1, help="attention heads"),
-    vocab: int = typer.Option(21, min=1, help="vocabulary size (21: Arithmetic)"),
+    vocab: int = typer.Option(21, min=1, max=LONGEST, help="vocabulary size (21: Arithmetic)"),
 ) -> None:
     """Forward FLOPs of one CoT sequence: Yang et al.'s Table 2 convention and the true count."""
     from sepbench.models.flops_table import sequence_flops
@@ -142,7 +143,7 @@ def check_plugin(
                                  "built-in name"),
     learn_steps: int = typer.Option(1500, "--learn-steps", min=0,
                                     help="most steps of a mixer's learning check (0 skips it)"),
-    length: int = typer.Option(CHECK_LENGTH, min=2, help="task size N a task is checked at"),
+    length: int = typer.Option(CHECK_LENGTH, min=2, max=LONGEST, help="task size N a task is checked at"),
     samples: int = typer.Option(2000, min=1, help="rows of a task's sampling check"),
 ) -> None:
     """Run on a plugin the checks every built-in mixer (or task) passes; exit 1 when one fails.

@@ -11,9 +11,14 @@ import typer
 from pydantic import ValidationError
 
 from sepbench.cli.app import err
-from sepbench.config import ConfigError, RunConfig, apply_overrides, describe_validation_error, load_yaml, parse_assignments
+from sepbench.config import (ConfigError, RunConfig, TaskConfig, apply_overrides, describe_validation_error, load_yaml,
+                             parse_assignments)
 
 T = TypeVar("T")
+
+LONGEST = next(bound.le for bound in TaskConfig.model_fields["length"].metadata if getattr(bound, "le", None))
+"""The largest task size a run takes; the commands that only count (FLOPs, sizes) take lengths and vocabularies
+up to it too."""
 
 
 class OutputFormat(str, Enum):
@@ -106,10 +111,10 @@ def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
 
 
 def parse_lengths(text: str, flag: str) -> list[int]:
-    """Comma-separated task sizes, each at least 1."""
+    """Comma-separated task sizes, each from 1 to ``LONGEST``."""
     sizes = parse_ints(text, flag)
-    if any(n < 1 for n in sizes):
-        raise ConfigError(f"{flag} expects task sizes >= 1, got '{text}'")
+    if any(not 1 <= n <= LONGEST for n in sizes):
+        raise ConfigError(f"{flag} expects task sizes from 1 to {LONGEST}, got '{text}'")
     return sizes
 
 
@@ -117,8 +122,8 @@ def given_lengths(length: int | None, lengths: str | None) -> list[int]:
     """``--lengths N1,N2,...`` or ``--length N``; one of them, not both."""
     if length is not None and lengths:
         raise ConfigError("give --length N or --lengths N1,N2,..., not both")
-    if length is not None and length < 1:
-        raise ConfigError(f"--length expects a task size >= 1, got {length}")
+    if length is not None and not 1 <= length <= LONGEST:
+        raise ConfigError(f"--length expects a task size from 1 to {LONGEST}, got {length}")
     sizes = parse_lengths(lengths, "--lengths") if lengths else [length] if length is not None else []
     if not sizes:
         raise ConfigError("give --length N or --lengths N1,N2,...")
