@@ -58,11 +58,20 @@ def write_config(folder, **changes):
     return folder
 
 
+def write_text(folder, text):
+    folder.mkdir(exist_ok=True)
+    (folder / "mine.yaml").write_text(text)
+    return folder
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
         (["fig9z"], "unknown figure 'fig9z'; allowed: fig3a, fig3b, fig4a"),
-        (["mine", "--config-dir", "{bad_field}"], "config"),
+        (["mine", "--config-dir", "{bad_field}"], "mine.yaml: unknown field 'colour'"),
+        (["mine", "--config-dir", "{not_yaml}"], "mine.yaml is not valid YAML at line 2"),
+        (["mine", "--config-dir", "{a_list}"], "mine.yaml must hold a mapping of a figure's fields (figure, title"),
+        (["mine", "--config-dir", "{empty}"], "mine.yaml: figure: Field required"),
         (["mine", "--config-dir", "{bad_value}"], "k (64) must be at most d (32)"),
         (["mine", "--config-dir", "{two_grids}"], "give exactly one of 'values' and 'range'"),
         (["fig3a", "--device", "cuda:7"], "--device"),
@@ -79,7 +88,9 @@ def write_config(folder, **changes):
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, store_path, args, fragment):
     folders = {"{bad_field}": write_config(tmp_path / "a", colour="red"),
                "{bad_value}": write_config(tmp_path / "b", model="self", fixed={"d": 32, "k": 64}),
-               "{two_grids}": write_config(tmp_path / "c", range=[1, 2, 1])}
+               "{two_grids}": write_config(tmp_path / "c", range=[1, 2, 1]),
+               "{not_yaml}": write_text(tmp_path / "d", "figure: [\n"), "{a_list}": write_text(tmp_path / "e", "- 1\n"),
+               "{empty}": write_text(tmp_path / "f", "")}
     args = [str(folders.get(a, a)).format(tmp=tmp_path) for a in args]
     result = runner.invoke(app, ["softmax-vs-linear", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2

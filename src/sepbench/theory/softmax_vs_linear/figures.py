@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sepbench import configs
-from sepbench.config import ConfigError
+from sepbench.config import ConfigError, describe_validation_error, load_yaml
 from sepbench.theory.softmax_vs_linear.experiment import PointResult, Setting, run_point
 
 if TYPE_CHECKING:
@@ -80,14 +79,15 @@ def load_figure(figure: str, config_dir: Path = CONFIG_DIR) -> FigureConfig:
     if not path.is_file():
         allowed = ", ".join(figure_ids(config_dir)) or f"none found in {config_dir}"
         raise ConfigError(f"unknown figure '{figure}'; allowed: {allowed}")
+    data = load_yaml(path, holds=f"a figure's fields ({', '.join(FigureConfig.model_fields)})")
     try:
-        config = FigureConfig.model_validate(yaml.safe_load(path.read_text()))
+        config = FigureConfig.model_validate(data)
         for value in config.grid():
             config.setting(value)
-    except (ValidationError, ValueError, TypeError) as problem:
-        first = problem.errors()[0] if isinstance(problem, ValidationError) else None
-        where = ".".join(str(p) for p in first["loc"]) + ": " + first["msg"] if first else str(problem)
-        raise ConfigError(f"config {path}: {where}") from None
+    except ValidationError as problem:
+        raise ConfigError(f"config {path}: {describe_validation_error(problem)}") from None
+    except (ValueError, TypeError) as problem:
+        raise ConfigError(f"config {path}: {problem}") from None
     return config
 
 
