@@ -144,6 +144,10 @@ def test_a_plugin_whose_import_raises_names_the_error(tmp_path, monkeypatch):
         load_import_path("plugin_raising:T", "task")
     with pytest.raises(PluginError, match="RuntimeError: cannot start$"):
         TASKS.get("plugin_raising:T")
+    (tmp_path / "plugin_exiting.py").write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(PluginError, match=r"^task plugin 'plugin_exiting:T': importing module plugin_exiting failed: "
+                                          r"SystemExit: 0$"):
+        load_import_path("plugin_exiting:T", "task")
 
 
 def test_cli_flags_and_set_take_plugins(plugin, store_path):

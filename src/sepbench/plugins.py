@@ -85,7 +85,7 @@ def _imported(name: str, kind: str, load, what: str) -> object:
     """``load()``, with any exception it raises as a one-line PluginError naming the plugin."""
     try:
         return load()
-    except Exception as error:  # noqa: BLE001 - whatever a plugin's import raises is reported, not propagated
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - whatever a plugin's import raises is reported
         reason = (str(error).strip().splitlines() or [""])[0]
         raise PluginError(f"{_plugin(kind, name)}: importing {what} failed: {type(error).__name__}: {reason}") from None
 

@@ -116,7 +116,7 @@ def softmax_vs_linear(
     figure: str = typer.Argument(..., help="a figure id (fig3a, fig3b, fig4a-f, fig5a-f, fig7a-e) or 'learned'"),
     out_dir: Path = typer.Option(Path("results/deng2023"), "--out", help="folder for the PNG and CSV"),
     trials: Optional[int] = typer.Option(None, min=1, help="random networks per point [default: the config's, 100]"),
-    seed: Optional[int] = typer.Option(None, help="base seed; point i uses seed + i [default: the config's]"),
+    seed: Optional[int] = typer.Option(None, min=0, help="base seed; point i uses seed + i [default: the config's]"),
     config_dir: Optional[Path] = typer.Option(None, help="folder of figure configs "
                                               "[default: the packaged configs/deng2023]"),
     lengths: Optional[str] = typer.Option(None, help="learned only: comma-separated n values"),
