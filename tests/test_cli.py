@@ -120,6 +120,7 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
      "--out /proc/rows.csv: /proc cannot be written"),
     (["flops", "--model", "transformer", "--width", "8", "--length", "99999999999999999999"],
      "'--length': Input should be less than or equal to 1000000"),
+    (["softmax-vs-linear", "fig3a", "--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
     (["table2", "--lengths", "99999999999999999999", "--dims", "transformer=8"],
      "--lengths expects task sizes from 1 to 1000000, got '99999999999999999999'"),
 ])

@@ -75,7 +75,6 @@ def write_text(folder, text):
         (["mine", "--config-dir", "{bad_value}"], "k (64) must be at most d (32)"),
         (["mine", "--config-dir", "{two_grids}"], "give exactly one of 'values' and 'range'"),
         (["fig3a", "--device", "cuda:7"], "--device"),
-        (["fig3a", "--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
         (["learned", "--lengths", "8,x"], "--lengths expects comma-separated integers"),
         (["learned", "--lengths", "2"], "--lengths expects n >= 3 for the learned comparison, got '2'"),
         (["fig3a", "--device", "banana"], "--device 'banana' is not a device; allowed: auto, cpu, cuda, cuda:N or mps"),
