@@ -1,6 +1,7 @@
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -181,6 +182,16 @@ def test_report_bad_input_exits_2(tmp_path, args, fragment):
     result = runner.invoke(app, ["report", *[x for kv in base.items() for x in kv]])
     assert result.exit_code == 2 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_store_with_nothing_to_report_exits_1_and_writes_nothing(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    store.put(law_results([12], [8])[0])
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("DELETE FROM runs")
+    result = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "nothing to report, nothing written" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
 def test_a_store_whose_only_run_was_cut_reports_its_cell_undecided(tmp_path):

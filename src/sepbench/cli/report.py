@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from sepbench.cli.app import bad_input_exits, say, warn_stopped_short, warn_unreadable
+from sepbench.cli.app import bad_input_exits, say, warn, warn_stopped_short, warn_unreadable
 from sepbench.cli.options import require_folder, store_option
 from sepbench.config import ConfigError
 from sepbench.wording import counted
@@ -40,6 +40,9 @@ def report(
         require_folder(out_dir)
         results, random_networks = db.results(), db.query_softmax_vs_linear()
     warn_unreadable(db)
+    if not results and random_networks.empty:
+        warn(f"no runs in {db.path}, and no `sepbench softmax-vs-linear` figures: nothing to report, nothing written")
+        raise typer.Exit(1)
     warn_stopped_short(results, threshold, "--threshold")
     warn_stopped_short(results, flops_threshold, "--flops-threshold")
     outcome = write_report(results, out_dir, source=str(db.path), rule=rule, flops_rule=flops_rule,
