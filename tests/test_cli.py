@@ -103,6 +103,7 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (WIDTH_SEARCH + ["--store", "{tmp}/junk.db"], "is it a sepbench SQLite store?"),
     (["sweep", "{tmp}/folder"], "config file {tmp}/folder is a folder; give a YAML file"),
     (["sweep", "{tmp}/empty.yaml"], "is empty; a spec names at least its base, grid or cases"),
+    (["sweep", "{tmp}/named.yaml"], "named.yaml names no runs (name only); a spec names at least its base, grid"),
     (["sweep", "{tmp}/junk.db"], "must hold a mapping of keys (name, base, cases"),
     (WIDTH_SEARCH + ["--lrs", "0.01,,0.001"], "--lrs expects comma-separated positive numbers, got '0.01,,0.001'"),
     (WIDTH_SEARCH + ["--lrs", "0.01,nan"], "--lrs expects comma-separated positive numbers"),
@@ -130,6 +131,7 @@ def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, 
     (tmp_path / "folder").mkdir()
     (tmp_path / "junk.db").write_text("not a database")
     (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "named.yaml").write_text("name: only\n")
     (tmp_path / "tiny.yaml").write_text(TINY_SPEC)
     assert runner.invoke(app, ["sweep", str(tmp_path / "tiny.yaml"), "--store", str(tmp_path / "tiny.db")]).exit_code == 0
     monkeypatch.setattr("sys.argv", ["sepbench", *[a.format(tmp=tmp_path) for a in args]])

@@ -198,6 +198,9 @@ class SweepSpec(StrictModel):
         data = load_yaml(path, holds="keys (name, base, cases, grid, zip, seeds, lr_grid, lr_search, ...)")
         if not data:
             raise ConfigError(f"{source} is empty; a spec names at least its base, grid or cases (docs/sweeps.md)")
+        if not data.keys() & {"base", "grid", "cases", "zip"}:
+            raise ConfigError(f"{source} names no runs ({', '.join(map(str, data))} only); a spec names at least its "
+                              "base, grid or cases (docs/sweeps.md)")
         if isinstance(data.get("base"), str):
             try:
                 data = {**data, "base": load_yaml(path.parent / data["base"])}
