@@ -167,7 +167,8 @@ def assert_axes_hold_their_points(ax: dict, where: str) -> None:
 
 @pytest.mark.parametrize("args, fragment", [
     (["--store", "{tmp}/missing.db"], "no store at"),
-    (["--k", "5"], "1 <= k <= m"),
+    (["--k", "5"], "--threshold, --k, --m: "),
+    (["--flops-threshold", "0"], "--flops-threshold: threshold must be in (0, 1]"),
     (["--out", "{tmp}/file.txt"], "file.txt is a file, not a folder"),
     (["--out", "{tmp}/file.txt/sub"], "file.txt is a file, not a folder"),
     (["--out", "/proc/sepbench-report"], "/proc cannot be written"),

@@ -111,8 +111,8 @@ def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
 
 
 def parse_lengths(text: str, flag: str) -> list[int]:
-    """Comma-separated task sizes, each from 1 to ``LONGEST``."""
-    sizes = parse_ints(text, flag)
+    """Comma-separated task sizes, at least one, each from 1 to ``LONGEST``."""
+    sizes = parse_ints(text, flag, at_least_one=True)
     if any(not 1 <= n <= LONGEST for n in sizes):
         raise ConfigError(f"{flag} expects task sizes from 1 to {LONGEST}, got '{text}'")
     return sizes

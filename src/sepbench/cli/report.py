@@ -31,9 +31,13 @@ def report(
         from sepbench.report import write_report
 
         try:
-            rule, flops_rule = SolvedRule(threshold, k, m), SolvedRule(flops_threshold, k, m)
+            rule = SolvedRule(threshold, k, m)
         except ValueError as problem:
-            raise ConfigError(str(problem)) from None
+            raise ConfigError(f"--threshold, --k, --m: {problem}") from None
+        try:
+            flops_rule = SolvedRule(flops_threshold, k, m)
+        except ValueError as problem:
+            raise ConfigError(f"--flops-threshold: {problem}") from None
         db = Store(store)
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")

@@ -25,7 +25,7 @@ def construct(
     samples: int = typer.Option(1000, min=0, help="random instances to score at each N (0: none)"),
     verify_up_to: int = typer.Option(1000, min=0, help="score instances only at N up to this (longer: codes checked only)"),
     find_min_width: bool = typer.Option(False, "--find-min-width", help="search the smallest code width per N"),
-    seed: int = typer.Option(0, help="seed for the codes and the instances"),
+    seed: int = typer.Option(0, min=0, help="seed for the codes and the instances"),
     queries: str = typer.Option("recall", help="nearest-neighbour instances: recall (each query repeats a stored "
                                 "point) or margin (any query with one nearest point)"),
     precision: bool = typer.Option(False, "--precision", help="also find the fixed-point bits that keep it exact on "
