@@ -1,4 +1,11 @@
+import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+
+import pytest
 
 from sepbench import RunConfig, Store
 from sepbench.train import RunResult
@@ -26,3 +33,45 @@ def test_round_trip(tmp_path):
     assert len(store) == 3  # one row per config hash
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner",
+                "--inh-caps=-dac_override,-dac_read_search,-fowner"]
+
+
+def obeying_permissions(command: list[str]) -> list[str]:
+    """``command`` as a process that file permissions bind (root first drops the capabilities that skip them)."""
+    if os.geteuid() != 0:
+        return command
+    if shutil.which("setpriv") is None or subprocess.run([*UNPRIVILEGED, "true"]).returncode != 0:
+        pytest.skip("root obeys file permissions only through setpriv, which cannot drop capabilities here")
+    return [*UNPRIVILEGED, *command]
+
+
+def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_path):
+    folder = tmp_path / "shared"
+    store = Store(folder / "runs.db")
+    for seed in range(2):
+        store.put(fake_result(seed))
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("DROP TABLE softmax_vs_linear")  # as a store from before that table
+    files, before = sorted(p.name for p in folder.iterdir()), store.path.read_bytes()
+    sepbench = [sys.executable, "-m", "sepbench"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    store.path.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        shown = subprocess.run(obeying_permissions([*sepbench, "results", "--store", str(store.path), "--by-seed",
+                                                    "--format", "json"]), capture_output=True, text=True, env=env)
+        running = subprocess.run(obeying_permissions([*sepbench, "results", "--store", str(store.path), "--running"]),
+                                 capture_output=True, text=True, env=env)
+        trained = subprocess.run(obeying_permissions([*sepbench, "run", "--store", str(store.path), "--steps", "2"]),
+                                 capture_output=True, text=True, env=env)
+    finally:
+        folder.chmod(0o755)
+        store.path.chmod(0o644)
+    assert shown.returncode == 0, shown.stderr
+    assert sorted(row["seed"] for row in json.loads(shown.stdout)) == [0, 1]
+    assert running.returncode == 0 and "no runs in training" in running.stdout, running.stderr
+    assert trained.returncode == 2 and f"store folder {folder} is not writable" in trained.stderr
+    assert sorted(p.name for p in folder.iterdir()) == files and store.path.read_bytes() == before

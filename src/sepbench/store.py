@@ -156,6 +156,10 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise FileNotFoundError(f"no store at {self.path}")
+        if self.path.exists() and not _writable(self.path):
+            with self._read_only() as conn:
+                yield conn
+            return
         try:
             with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
                 _refuse_foreign(conn, self.path)
@@ -166,6 +170,38 @@ class Store:
                 yield conn
         except sqlite3.DatabaseError as error:
             raise StoreError(f"store {self.path} cannot be used: {error} (is it a sepbench SQLite store?)") from None
+
+    @contextmanager
+    def _read_only(self) -> Iterator[sqlite3.Connection]:
+        """A store this process may read but not write (its file or folder read-only), opened read-only; a table
+        it lacks (a store older than that table) is an empty one of this connection alone."""
+        with closing(self._open_read_only()) as conn:
+            try:
+                _refuse_foreign(conn, self.path)
+                _add_missing_tables(conn)
+                yield conn
+            except sqlite3.DatabaseError as error:
+                raise StoreError(f"store {self.path} is read-only here: {error}") from None
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """SQLite reads a WAL store in a folder it cannot write only as immutable, which is safe when no write-ahead
+        log is beside it: none can hold rows the file lacks."""
+        log = self.path.with_name(self.path.name + "-wal")
+        pending = log.exists() and log.stat().st_size > 0
+        uri = self.path.resolve().as_uri()
+        problem: sqlite3.DatabaseError | None = None
+        for mode in ("mode=ro", *(() if pending else ("immutable=1",))):
+            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=60.0)
+            try:
+                conn.execute("SELECT name FROM sqlite_master").fetchall()
+                return conn
+            except sqlite3.DatabaseError as error:
+                conn.close()
+                problem = error
+        if pending:
+            raise StoreError(f"store {self.path} is read-only here and its write-ahead log ({log.name}) cannot be read "
+                             "without write access; copy both files to a folder you can write")
+        raise StoreError(f"store {self.path} cannot be read: {problem} (is it a sepbench SQLite store?)")
 
     def put(self, result: RunResult) -> None:
         cfg = result.config
@@ -320,6 +356,19 @@ class Store:
         if not where:
             return "", []
         return " WHERE " + " AND ".join(f"{k} = ?" for k in where), list(where.values())
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process may write ``path`` (and, for a file, the folder its journal goes in)."""
+    return os.access(path, os.W_OK) and (path.is_dir() or os.access(path.parent, os.W_OK))
+
+
+def _add_missing_tables(conn: sqlite3.Connection) -> None:
+    """Give a read-only store's connection an empty temporary table for each store table the file lacks."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for statement in (SCHEMA + SOFTMAX_VS_LINEAR_SCHEMA).split(";"):
+        if statement.strip().startswith("CREATE TABLE") and statement.split("EXISTS", 1)[1].split()[0] not in tables:
+            conn.execute(statement.replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
 
 
 def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
