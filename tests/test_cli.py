@@ -109,6 +109,10 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (WIDTH_SEARCH + ["--lrs", "0.01,nan"], "--lrs expects comma-separated positive numbers"),
     (WIDTH_SEARCH + ["--lrs", "1e-3,0.001"], "--lrs names 0.001 more than once; each rate is tried once"),
     (WIDTH_SEARCH + ["--threshold", "0.995"], "--threshold 0.995 is above the runs' train.threshold 0.99"),
+    (WIDTH_SEARCH + ["--set", "model.width=16"], "--set model.width: minwidth sets model.width for each run; give it "
+     "with --widths"),
+    (WIDTH_SEARCH + ["--set", "seed=5"], "--set seed: minwidth sets seed for each run; give it with --m"),
+    (WIDTH_SEARCH + ["--set", "length=20"], "--set length: minwidth sets task.length for each run"),
     (WIDTH_SEARCH + ["--threshold", "0.95", "--set", "train.threshold=0.9"],
      "--threshold <= 0.9, --set train.threshold=0.95 or"),
     (["construct", "index_lookup", "--length", "16", "--samples", "-1"], "'--samples'"),

@@ -15,7 +15,7 @@ from sepbench.cli.options import (
     base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
     retry_failed_option, store_option, tensorboard_option, use_folders,
 )
-from sepbench.config import ConfigError, RunConfig, TrainConfig, apply_overrides
+from sepbench.config import ConfigError, RunConfig, TrainConfig, apply_overrides, parse_assignments
 from sepbench.wording import counted
 
 if TYPE_CHECKING:
@@ -127,6 +127,19 @@ class LrSearch(str, Enum):
     halving = "halving"
 
 
+SEARCHED = {"task.length": "--lengths", "model.width": "--widths", "seed": "--m (seeds 0 to m-1)"}
+"""The fields a width search sets for each run, and the flag that gives them."""
+
+
+def _refuse_searched(assignments: list[str], lrs_given: bool) -> None:
+    """ConfigError for a ``--set`` of a field the search sets itself, which it would override without a word."""
+    searched = {**SEARCHED, **({"train.lr": "--lrs"} if lrs_given else {})}
+    for key in parse_assignments(assignments):
+        field = next((f for f in searched if key in (f, f.rsplit(".", 1)[-1])), None)
+        if field is not None:
+            raise ConfigError(f"--set {key}: minwidth sets {field} for each run; give it with {searched[field]}")
+
+
 def minwidth(
     task: str = typer.Option(..., help="task name (see `sepbench tasks`)"),
     model: str = typer.Option(..., help="model name (see `sepbench models`)"),
@@ -189,6 +202,7 @@ def minwidth(
                     raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
                 if eta <= 1:
                     raise ConfigError(f"--eta must be > 1, got {eta:g}")
+                _refuse_searched(assignments, lrs_given=grid_lrs is not None)
                 flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
                          "device": device}
                 base = base_config(config, flags, assignments)
