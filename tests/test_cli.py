@@ -126,6 +126,10 @@ WIDTH_SEARCH = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--leng
     (["flops", "--model", "transformer", "--width", "8", "--length", "99999999999999999999"],
      "'--length': Input should be less than or equal to 1000000"),
     (["softmax-vs-linear", "fig3a", "--seed", "-1"], "'--seed': Input should be greater than or equal to 0"),
+    (["table2", "--lengths", "10,10", "--dims", "transformer=8,8"], "--lengths 10,10 names a length more than once"),
+    (["table2", "--lengths", "10", "--dims", "transformer=8", "--dims", "transformer=16"],
+     "--dims names transformer more than once"),
+    (["results", "--store", "{tmp}/tiny.db", "--running", "--by-seed"], "--by-seed and --threshold show stored runs"),
     (["table2", "--lengths", "99999999999999999999", "--dims", "transformer=8"],
      "--lengths expects task sizes from 1 to 1000000, got '99999999999999999999'"),
 ])

@@ -97,7 +97,13 @@ def table2(
         if not dims and columns != PAPER_LENGTHS:
             raise ConfigError(f"the default widths are Table 2's, for the lengths {','.join(map(str, PAPER_LENGTHS))} "
                               f"only; for --lengths {lengths} give the widths: --dims MODEL=d1,d2,... (one per length)")
-        widths = dict(_parse_dims(item) for item in dims) if dims else dict(PAPER_MIN_WIDTHS)
+        if len(set(columns)) < len(columns):
+            raise ConfigError(f"--lengths {lengths} names a length more than once; each is one column")
+        parsed = [_parse_dims(item) for item in dims]
+        named = [model for model, _ in parsed]
+        if twice := sorted({model for model in named if named.count(model) > 1}):
+            raise ConfigError(f"--dims names {', '.join(twice)} more than once; give each model once")
+        widths = dict(parsed) if dims else dict(PAPER_MIN_WIDTHS)
         rows = model_call("--dims", lambda: build_table(widths, columns, layers))
     for convention in ("paper", "true"):
         title = "GFLOPs, Table 2 convention" if convention == "paper" else "GFLOPs, true count (attention included)"

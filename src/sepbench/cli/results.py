@@ -72,6 +72,9 @@ def results(
                 raise ConfigError(f"--out {problem}") from None
         if discard and not running:
             raise ConfigError("--discard forgets runs in training; add --running")
+        if running and (by_seed or threshold is not None):
+            raise ConfigError("--by-seed and --threshold show stored runs; --running lists each run in training, "
+                              "without them")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
         if discard:
             _discard(db, discard)
