@@ -170,6 +170,12 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
         a_file = runner.invoke(app, ["reproduce", "--claim", CLAIM, flag, "--evidence-dir", str(tmp_path / "a_file"),
                                      "--store", str(tmp_path / "s.db")])
         assert a_file.exit_code == 2 and "a_file is a file, not a folder" in a_file.stderr, a_file.output
+    (tmp_path / "other" / "quick").mkdir(parents=True)
+    (tmp_path / "other" / "quick" / f"{CLAIM}.jsonl").write_text("")
+    elsewhere = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--scale", "cpu", "--evidence-dir",
+                                    str(tmp_path / "other")])
+    assert elsewhere.exit_code == 2 and elsewhere.stderr.strip().count("\n") == 0, elsewhere.output
+    assert f"--evidence-dir {tmp_path / 'other'} has no cpu/ folder (scales it holds: quick)" in elsewhere.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [

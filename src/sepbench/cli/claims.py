@@ -101,6 +101,8 @@ def reproduce(
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
         evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence:
+            if any(claim.at(scale.value).not_run is None for claim in claims):
+                _require_scale_folder(evidence_dir, scale.value)
             from_environment = getattr(ctx.get_parameter_source("store"), "name", "") == "ENVIRONMENT"
             mine = None if from_environment and store is not None and not store.exists() else store
             _from_evidence(claims, scale.value, evidence_dir, mine)
@@ -192,6 +194,16 @@ def _evidence_root(given: Optional[Path], must_exist: bool) -> Path:
 
     root = given if given is not None else shipped.default_root()
     return shipped.require_root(root) if must_exist else root
+
+
+def _require_scale_folder(evidence_dir: Path, scale: str) -> None:
+    """ConfigError unless ``evidence_dir`` holds a folder of evidence at ``scale``: one given without it, where a
+    claim asked for was run, is another folder than the one meant."""
+    if not (evidence_dir / scale).is_dir():
+        held = sorted(p.name for p in evidence_dir.iterdir() if p.is_dir() and any(p.glob("*.jsonl")))
+        raise ConfigError(f"--evidence-dir {evidence_dir} has no {scale}/ folder (scales it holds: "
+                          f"{', '.join(held) or 'none'}); allowed: a folder of <scale>/<claim>.jsonl files, as "
+                          "`sepbench reproduce --write-evidence` writes them")
 
 
 def _require_evidence_files(claims: Sequence[Claim], scale: str, evidence_dir: Path) -> None:
