@@ -151,3 +151,28 @@ def test_discard_forgets_a_stopped_run_and_its_checkpoint_so_its_command_trains_
     assert not checkpoint.exists() and [r.result.config_hash for r in store.running()] == [kept]
     assert (store.checkpoints / f"{kept}.pt").exists()
     assert train(cfg, progress=False, keeping=Keeping.beside(store)).resumed_from == []
+
+
+def test_discard_looks_in_the_checkpoints_folder_given_and_forgets_a_row_it_cannot_read(tmp_path):
+    import sqlite3
+
+    store, elsewhere = Store(tmp_path / "runs.db"), tmp_path / "shared-checkpoints"
+    cfg = config(checkpoint_every=1e-9)
+    Trainer(cfg, Keeping(elsewhere, store.path)).train_until(40)
+    key = cfg.config_hash()
+    _stopped(store, key)
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("INSERT INTO running VALUES ('0123456789abcdef', 'here', 1, '2026-01-01', '{\"broken\": 1}')")
+    base = ["results", "--store", str(store.path), "--running", "--discard"]
+    missed = runner.invoke(app, [*base, key])
+    assert missed.exit_code == 0 and f"no checkpoint of it was in {store.checkpoints}" in " ".join(missed.stdout.split())
+    assert (elsewhere / f"{key}.pt").exists() and store.running() == []
+    Trainer(cfg, Keeping(elsewhere, store.path)).train_until(40)  # resumes from the checkpoint left there
+    _stopped(store, key)
+    found = runner.invoke(app, [*base, key, "--checkpoints", str(elsewhere)])
+    assert found.exit_code == 0 and "its row and its checkpoint are gone" in found.stdout
+    assert not (elsewhere / f"{key}.pt").exists()
+    broken = runner.invoke(app, [*base, "0123456789abcdef"])
+    assert broken.exit_code == 0 and "its row unreadable" in broken.stdout
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT count(*) FROM running").fetchone() == (0,)

@@ -12,7 +12,10 @@ class NotARegularFile(ValueError):
 def whole_target(path: Path) -> Path:
     """The file a whole write to ``path`` replaces: the one a link there points to (a rename over the link would
     replace the link). A folder, device, pipe or socket is refused: a rename would replace it, not write to it."""
-    target = path.resolve() if path.is_symlink() else path
+    try:
+        target = path.resolve(strict=False) if path.is_symlink() else path
+    except (OSError, RuntimeError) as problem:  # a loop of links
+        raise NotARegularFile(f"{path} is a link that leads to no file ({problem})") from None
     if target.exists() and not target.is_file():
         kind = "a folder" if target.is_dir() else "not a regular file (a device, pipe or socket)"
         raise NotARegularFile(f"{path} is {kind}; write to a regular file or a new path")

@@ -143,6 +143,9 @@ class Store:
                 pass
         except OSError as error:
             raise StoreError(f"store folder {folder} is not writable ({error.strerror or error})") from None
+        if self.path.exists() and not os.access(self.path.resolve(), os.W_OK):
+            raise StoreError(f"store {self.path} is read-only here (its file's permissions); a run cannot be stored in "
+                             "it: give another --store, or make it writable")
         if self.path.exists():
             with self._connect() as conn:
                 conn.execute("BEGIN IMMEDIATE")
@@ -156,25 +159,31 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise FileNotFoundError(f"no store at {self.path}")
-        if self.path.exists() and not _writable(self.path):
-            with self._read_only() as conn:
-                yield conn
-            return
         try:
             with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
-                _refuse_foreign(conn, self.path)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA busy_timeout=60000")
-                conn.executescript(SCHEMA)
-                conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
-                yield conn
+                try:
+                    _refuse_foreign(conn, self.path)
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA busy_timeout=60000")
+                    conn.executescript(SCHEMA)
+                    conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
+                except sqlite3.OperationalError as error:
+                    if "readonly" not in str(error) or not self.path.exists():
+                        raise
+                    reader = True
+                else:
+                    reader = False
+                    yield conn
+            if reader:
+                with self._read_only() as conn:
+                    yield conn
         except sqlite3.DatabaseError as error:
             raise StoreError(f"store {self.path} cannot be used: {error} (is it a sepbench SQLite store?)") from None
 
     @contextmanager
     def _read_only(self) -> Iterator[sqlite3.Connection]:
-        """A store this process may read but not write (its file or folder read-only), opened read-only; a table
-        it lacks (a store older than that table) is an empty one of this connection alone."""
+        """A store SQLite refused to write (its file or folder read-only here), opened read-only; a table it lacks
+        (a store older than that table) is an empty one of this connection alone."""
         with closing(self._open_read_only()) as conn:
             try:
                 _refuse_foreign(conn, self.path)
@@ -191,12 +200,14 @@ class Store:
         uri = self.path.resolve().as_uri()
         problem: sqlite3.DatabaseError | None = None
         for mode in ("mode=ro", *(() if pending else ("immutable=1",))):
-            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=60.0)
+            conn = None
             try:
+                conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=60.0)
                 conn.execute("SELECT name FROM sqlite_master").fetchall()
                 return conn
             except sqlite3.DatabaseError as error:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 problem = error
         if pending:
             raise StoreError(f"store {self.path} is read-only here and its write-ahead log ({log.name}) cannot be read "
@@ -356,11 +367,6 @@ class Store:
         if not where:
             return "", []
         return " WHERE " + " AND ".join(f"{k} = ?" for k in where), list(where.values())
-
-
-def _writable(path: Path) -> bool:
-    """Whether this process may write ``path`` (and, for a file, the folder its journal goes in)."""
-    return os.access(path, os.W_OK) and (path.is_dir() or os.access(path.parent, os.W_OK))
 
 
 def _add_missing_tables(conn: sqlite3.Connection) -> None:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_stopped_short, warn_unreadable
-from sepbench.cli.options import require_folder, store_option
+from sepbench.cli.options import checkpoints_option, require_folder, store_option
 from sepbench.config import ConfigError
 from sepbench.files import NotARegularFile, whole_target
 from sepbench.wording import counted
@@ -46,6 +46,7 @@ def results(
     discard: list[str] = typer.Option([], "--discard", metavar="HASH",
                                       help="with --running: forget a stopped run, its row and its checkpoint, so its "
                                       "command trains it from step 0 (repeatable)"),
+    checkpoints: Optional[Path] = checkpoints_option(),
 ) -> None:
     """Show the stored runs: one row per cell (every config field equal but the seed) aggregated over its seeds,
     or one row per run with --by-seed; or, with --running, the runs in training (--discard forgets stopped ones)."""
@@ -77,7 +78,7 @@ def results(
                               "without them")
         where = {k: v for k, v in {"task": task, "model": model}.items() if v is not None}
         if discard:
-            _discard(db, discard)
+            _discard(db, discard, Path(checkpoints) if checkpoints is not None else db.checkpoints)
             return
         if running:
             chosen = [r for r in db.running() if task in (None, r.result.config.task.name)
@@ -111,29 +112,37 @@ def results(
         warn(f"wrote {unit} to {out_file}")
 
 
-def _discard(db: Store, hashes: list[str]) -> None:
-    """Forget stopped runs: their checkpoints, then their rows. Every hash is checked before anything is removed."""
+def _discard(db: Store, hashes: list[str], folder: Path) -> None:
+    """Forget stopped runs: their checkpoints in ``folder``, then their rows. Every hash, and that the store can be
+    written, is checked before anything is removed. A row this code cannot read is forgotten as it is."""
     entries = {entry.result.config_hash: entry for entry in db.running()}
+    unreadable = dict(db.unreadable)
     for key in hashes:
         entry = entries.get(key)
-        if entry is None:
-            listed = ", ".join(sorted(entries)) or "none"
+        if entry is None and key not in unreadable:
+            listed = ", ".join(sorted([*entries, *unreadable])) or "none"
             raise ConfigError(f"--discard {key}: no run in training with that config hash in {db.path} (there: "
                               f"{listed}); `sepbench results --running` lists them")
-        if entry.alive is None:
+        if entry is not None and entry.alive is None:
             raise ConfigError(f"--discard {key}: its process ran on host {entry.host}, so whether it still trains "
                               "is not known here; discard it on that host")
-        if entry.alive:
+        if entry is not None and entry.alive:
             raise ConfigError(f"--discard {key}: still training (pid {entry.pid}); stop it first (Ctrl-C saves a "
                               "checkpoint), then discard it")
-    for key in dict.fromkeys(hashes):
-        (db.checkpoints / f"{key}.pt").unlink(missing_ok=True)
-    db.discard_running(list(dict.fromkeys(hashes)))
-    for key in dict.fromkeys(hashes):
-        result = entries[key].result
-        out.print(f"discarded run {key} (stopped at step {result.steps} of {result.config.train.steps}): its row "
-                  "and its checkpoint are gone; its command trains it from step 0", markup=False, highlight=False,
-                  soft_wrap=True)
+    db.check_writable()
+    chosen = list(dict.fromkeys(hashes))
+    kept = {key: (folder / f"{key}.pt").exists() for key in chosen}
+    for key in chosen:
+        (folder / f"{key}.pt").unlink(missing_ok=True)
+    db.discard_running(chosen)
+    for key in chosen:
+        entry = entries.get(key)
+        where = (f"stopped at step {entry.result.steps} of {entry.result.config.train.steps}" if entry is not None
+                 else f"its row unreadable: {unreadable[key]}")
+        gone = ("its row and its checkpoint are gone" if kept[key] else
+                f"its row is gone; no checkpoint of it was in {folder} (--checkpoints names the folder its run used)")
+        out.print(f"discarded run {key} ({where}): {gone}; its command trains it from step 0", markup=False,
+                  highlight=False, soft_wrap=True)
 
 
 def _print_running(frame, path: Path) -> None:

@@ -198,7 +198,7 @@ class SweepSpec(StrictModel):
         data = load_yaml(path, holds="keys (name, base, cases, grid, zip, seeds, lr_grid, lr_search, ...)")
         if not data:
             raise ConfigError(f"{source} is empty; a spec names at least its base, grid or cases (docs/sweeps.md)")
-        if not data.keys() & {"base", "grid", "cases", "zip"}:
+        if not data.keys() & {"base", "grid", "cases", "zip", "seeds", "lr_grid"}:
             raise ConfigError(f"{source} names no runs ({', '.join(map(str, data))} only); a spec names at least its "
                               "base, grid or cases (docs/sweeps.md)")
         if isinstance(data.get("base"), str):
