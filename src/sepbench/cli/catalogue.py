@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
 from sepbench.cli.app import bad_input_exits, out, print_whole
 from sepbench.cli.options import LONGEST, model_call, parse_lengths
-from sepbench.config import ConfigError, describe_validation_error
+from sepbench.config import ConfigError
 from sepbench.registry import MODELS, TASKS, Registry
 
 
@@ -38,12 +37,8 @@ def list_models(
         table.add_column(column, justify="right", no_wrap=True)
     with bad_input_exits():
         for entry in MODELS:
-            try:
-                cost = model_cost(entry.name, width, layers, length, vocab_size=vocab, heads=heads)
-            except ValidationError as problem:
-                raise ConfigError(f"--details for {entry.name}: {describe_validation_error(problem)}") from None
-            except ValueError as problem:
-                raise ConfigError(f"--details for {entry.name}: {problem}") from None
+            cost = model_call(f"--details for {entry.name}", lambda: model_cost(
+                entry.name, width, layers, length, vocab_size=vocab, heads=heads))
             table.add_row(entry.name, f"{cost.parameters:,}", f"{cost.state_floats:,}", f"{cost.flops:.4g}",
                           f"{cost.paper_flops:.4g}")
     print_whole(table)

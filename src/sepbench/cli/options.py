@@ -148,9 +148,17 @@ def parse_lrs(text: str) -> list[float]:
 
 
 def model_call(what: str, call: Callable[[], T]) -> T:
-    """Run ``call``; a bad model size becomes a ConfigError naming ``what``."""
+    """Run ``call``, which counts (parameters, FLOPs, state) and so needs its models' shapes, not their memory: on
+    the meta device, or where a model cannot be built there (a plugin's), on the CPU. A bad model size becomes a
+    ConfigError naming ``what``."""
+    import torch
+
     try:
-        return call()
+        try:
+            with torch.device("meta"):
+                return call()
+        except (RuntimeError, NotImplementedError):
+            return call()
     except ValidationError as problem:
         raise ConfigError(f"{what}: {describe_validation_error(problem)}") from None
     except ValueError as problem:
