@@ -38,3 +38,14 @@ def test_flops_command_and_its_bad_input():
     assert short.exit_code == 2 and "give one width per length" in short.output
     malformed = CliRunner().invoke(app, ["table2", "--dims", "transformer:64"])
     assert malformed.exit_code == 2 and "--dims expects MODEL=d1,d2" in malformed.output
+
+
+def test_a_count_at_the_largest_sizes_needs_no_memory_for_the_model():
+    """A model of width 65536 over a million tokens would take 262 GB to build; its count takes its shapes."""
+    result = CliRunner().invoke(app, ["flops", "--model", "transformer", "--width", "65536", "--length", "1000000"])
+    assert result.exit_code == 0, result.output
+    tokens, width, layers = 1_000_002, 65536, 3
+    attention = layers * (4 * 2 * tokens * width * width + 2 * 2 * tokens * tokens * width)
+    assert f"CoT length 1000000 ({tokens} tokens)" in result.stdout
+    shown = float(result.stdout.split("true count:")[1].split()[0])
+    assert shown > attention / 1e9 * 0.99
