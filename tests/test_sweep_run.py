@@ -364,6 +364,16 @@ def _signalled(pids: list[int], signum: int) -> list[int]:
     return pids
 
 
+def _long_halving_sweep(checkpoint_every: float) -> list[RunConfig]:
+    """Two cells of two rates each, on LSTMs whose budget outlasts any test: a worker trains until it is killed."""
+    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
+            "model": {"name": "lstm", "width": 16}, "device": "cpu",
+            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
+                      "checkpoint_every": checkpoint_every}}
+    return SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
+                            "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
 def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoints_curves(tmp_path):
@@ -375,12 +385,7 @@ def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoint
     from sepbench.sweep.halving import run_halving
     from sepbench.train import EvalPoint
 
-    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
-            "model": {"name": "lstm", "width": 16}, "device": "cpu",
-            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
-                      "checkpoint_every": 0.02}}
-    configs = SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
-                               "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+    configs = _long_halving_sweep(checkpoint_every=0.02)
     store = Store(tmp_path / "runs.db")
     saved: dict[str, list[EvalPoint]] = {}
 
@@ -430,12 +435,7 @@ def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last
 
     from sepbench.sweep.halving import run_halving
 
-    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
-            "model": {"name": "lstm", "width": 16}, "device": "cpu",
-            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
-                      "checkpoint_every": 60}}
-    configs = SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
-                               "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+    configs = _long_halving_sweep(checkpoint_every=60)
     store = Store(tmp_path / "runs.db")
     killed: list[int] = []
 
