@@ -28,6 +28,9 @@ def test_defaults_are_resolved_so_equal_runs_hash_equal():
         ({"task": {"options": {"alphabet_size": 1}}}, "alphabet_size"),
         ({"train": {"schedule": "exp"}}, "train.schedule"),
         ({"device": "tpu"}, "device"),
+        ({"train": {"batch_size": 2**64}}, "train.batch_size = 18446744073709551616: Input should be less than or equal to 1000000000"),
+        ({"train": {"steps": 10**9 + 1}}, "train.steps"),
+        ({"train": {"eval_samples": 2**70}}, "train.eval_samples"),
     ],
 )
 def test_bad_configs_give_one_line(data, fragment):
@@ -66,6 +69,24 @@ def test_yaml_loading(tmp_path):
     assert load_yaml(empty) == {}  # a sweep's base file may set nothing
     with pytest.raises(ConfigError, match="is empty; allowed: a YAML mapping"):
         base_config(empty, {}, [])
+
+
+def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("task: {name: index_lookup}\ntrain:\n  lr: 0.001\n  steps: 10\n  lr: 0.01\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line 5: key 'lr' is given twice; give each key once$"):
+        load_yaml(twice)
+    sections = tmp_path / "sections.yaml"
+    sections.write_text("model: {width: 32}\nseed: 1\nmodel: {width: 64}\n")
+    with pytest.raises(ConfigError, match="line 3: key 'model' is given twice"):
+        RunConfig.from_yaml(sections)
+
+
+def test_a_merged_key_may_be_overridden_and_equal_keys_in_sibling_mappings_are_kept(tmp_path):
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("shared: &s {lr: 0.1, steps: 10}\ntrain:\n  <<: *s\n  lr: 0.01\nother: {lr: 0.5}\n")
+    assert load_yaml(merged) == {"shared": {"lr": 0.1, "steps": 10}, "train": {"lr": 0.01, "steps": 10},
+                                 "other": {"lr": 0.5}}
 
 
 def test_a_cuda_ordinal_past_the_machines_devices_is_refused_in_one_line(monkeypatch):

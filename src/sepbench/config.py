@@ -70,21 +70,25 @@ class ModelConfig(StrictModel):
         return self
 
 
+MOST = 1_000_000_000
+"""The largest count a train field takes (steps, batch and sample sizes): past it no run fits any machine."""
+
+
 class TrainConfig(StrictModel):
-    steps: int = Field(3000, ge=1)
-    batch_size: int = Field(64, ge=1)
+    steps: int = Field(3000, ge=1, le=MOST)
+    batch_size: int = Field(64, ge=1, le=MOST)
     lr: float | None = Field(None, gt=0.0, description="default: the model's own")
     optimizer: Literal["adam", "adamw"] = "adam"
     weight_decay: float = Field(0.0, ge=0.0)
     betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = Field(100, ge=0)
+    warmup_steps: int = Field(100, ge=0, le=MOST)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     grad_clip: float | None = Field(1.0, gt=0.0)
     data: Literal["fresh", "fixed"] = Field("fresh", description="a fresh batch every step, or a fixed training set")
-    train_size: int = Field(10_000, ge=1, description="examples in the fixed training set")
-    eval_every: int = Field(100, ge=1)
-    eval_samples: int = Field(5000, ge=1)
-    eval_batch_size: int = Field(1000, ge=1, description="most rows per evaluation chunk; fewer where memory says")
+    train_size: int = Field(10_000, ge=1, le=MOST, description="examples in the fixed training set")
+    eval_every: int = Field(100, ge=1, le=MOST)
+    eval_samples: int = Field(5000, ge=1, le=MOST)
+    eval_batch_size: int = Field(1000, ge=1, le=MOST, description="most rows per evaluation chunk; fewer where memory says")
     eval_budget: Literal["full", "adaptive"] = Field(
         "adaptive", description="adaptive: stop an evaluation once its interval decides the threshold")
     threshold: float = Field(0.99, gt=0.0, le=1.0)
@@ -159,11 +163,31 @@ class RunConfig(StrictModel):
         return cls.build(load_yaml(path))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a mapping naming one key twice, which plain YAML reads as the last one silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # an unhashable key: the base loader names that problem
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' is given twice; give each key once", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path, holds: str = "sections (task, model, train, seed, device)") -> dict[str, Any]:
     """Read a YAML mapping of ``holds``, with a one-line ConfigError for a missing or malformed file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except IsADirectoryError:
