@@ -67,6 +67,8 @@ def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_p
                                  capture_output=True, text=True, env=env)
         trained = subprocess.run(obeying_permissions([*sepbench, "run", "--store", str(store.path), "--steps", "2"]),
                                  capture_output=True, text=True, env=env)
+        reported = subprocess.run(obeying_permissions([*sepbench, "report", "--store", str(store.path), "--out",
+                                                       str(tmp_path / "report")]), capture_output=True, text=True, env=env)
     finally:
         folder.chmod(0o755)
         store.path.chmod(0o644)
@@ -74,4 +76,6 @@ def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_p
     assert sorted(row["seed"] for row in json.loads(shown.stdout)) == [0, 1]
     assert running.returncode == 0 and "no runs in training" in running.stdout, running.stderr
     assert trained.returncode == 2 and f"store folder {folder} is not writable" in trained.stderr
+    assert reported.returncode == 0, reported.stderr  # it reads the missing softmax_vs_linear table as empty
+    assert (tmp_path / "report" / "index.html").is_file()
     assert sorted(p.name for p in folder.iterdir()) == files and store.path.read_bytes() == before
