@@ -6,10 +6,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
-from sepbench.config import ModelConfig, StrictModel
-from sepbench.models.mixers.base import Mixer
+from sepbench.config import StrictModel
+from sepbench.models.mixers.qkv import QKVAttention
 from sepbench.models.registry import MODELS
 
 EPS = 1e-6
@@ -62,31 +61,15 @@ def linear_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 @MODELS.register("linear_transformer", "Linear Transformer, phi = elu + 1, recurrent (s, z) decoding (Yang et al. 2024, eqs. 7-8)")
-class LinearAttention(Mixer):
+class LinearAttention(QKVAttention):
     """Multi-head linear attention, H(x, S) = sum phi(Kz)^T phi(Qx) Vz / sum phi(Kz)^T phi(Qx) (Yang et al. 2024, eq. 7)."""
 
     Options = LinearOptions
     default_lr = 1e-3
     default_positions = "learned"
-    uses_heads = True
-
-    def __init__(self, config: ModelConfig, max_len: int) -> None:
-        super().__init__(config, max_len)
-        self.heads = config.heads
-        self.head_dim = config.width // config.heads
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.out = nn.Linear(config.width, config.width)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.xavier_uniform_(self.qkv.weight)
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.xavier_uniform_(self.out.weight)
-        nn.init.zeros_(self.out.bias)
 
     def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        *lead, _ = x.shape
-        q, k, v = self.qkv(x).view(*lead, 3, self.heads, self.head_dim).unbind(-3)
+        q, k, v = super()._split(x)
         return feature_map(q), feature_map(k), v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

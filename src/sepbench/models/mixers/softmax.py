@@ -2,42 +2,24 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from sepbench.config import ModelConfig
-from sepbench.models.mixers.base import Mixer
 from sepbench.models.mixers.kv_cache import KVCache, append, attend, empty_cache
+from sepbench.models.mixers.qkv import QKVAttention
 from sepbench.models.mixers.stacked_sdpa import attention
 from sepbench.models.registry import MODELS
 
 
 @MODELS.register("transformer", "decoder-only softmax Transformer, pre-LN, GELU MLP (Vaswani et al. 2017)")
-class SoftmaxAttention(Mixer):
+class SoftmaxAttention(QKVAttention):
     """softmax(Q K^T / sqrt(d)) V with a causal mask (Bhattamishra et al. 2024, sec. 2)."""
 
     default_lr = 1e-3
     default_positions = "learned"
-    uses_heads = True
 
     def __init__(self, config: ModelConfig, max_len: int) -> None:
         super().__init__(config, max_len)
-        self.heads = config.heads
-        self.head_dim = config.width // config.heads
         self.dropout = config.dropout
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.out = nn.Linear(config.width, config.width)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.xavier_uniform_(self.qkv.weight)
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.xavier_uniform_(self.out.weight)
-        nn.init.zeros_(self.out.bias)
-
-    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        *lead, _ = x.shape
-        q, k, v = self.qkv(x).view(*lead, 3, self.heads, self.head_dim).unbind(-3)
-        return q, k, v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape

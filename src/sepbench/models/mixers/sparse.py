@@ -7,10 +7,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from pydantic import Field
-from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
-from sepbench.models.mixers.base import Mixer
+from sepbench.models.mixers.qkv import QKVAttention
 from sepbench.models.mixers.stacked_sdpa import attention
 from sepbench.models.registry import MODELS
 
@@ -47,7 +46,7 @@ class SparseCache:
 
 
 @MODELS.register("sparse_transformer", "Sparse Transformer: local window of kB plus the last c of every block (Yang et al. 2024, eq. 6)")
-class SparseAttention(Mixer):
+class SparseAttention(QKVAttention):
     """Multi-head softmax attention restricted to I_i = (i-kB, i] ∪ {last c of each block} (Yang et al. 2024, eq. 6).
 
     Training computes, per query block, scores only against its k+1 neighbouring key blocks and the
@@ -58,30 +57,13 @@ class SparseAttention(Mixer):
     Options = SparseOptions
     default_lr = 1e-3
     default_positions = "learned"
-    uses_heads = True
 
     def __init__(self, config: ModelConfig, max_len: int) -> None:
         super().__init__(config, max_len)
-        self.heads = config.heads
-        self.head_dim = config.width // config.heads
         self.dropout = config.dropout
         self.block = self.options.block or default_block_size(max_len)
         self.k = self.options.k
         self.c = min(self.options.c, self.block)
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.out = nn.Linear(config.width, config.width)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.xavier_uniform_(self.qkv.weight)
-        nn.init.zeros_(self.qkv.bias)
-        nn.init.xavier_uniform_(self.out.weight)
-        nn.init.zeros_(self.out.bias)
-
-    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        *lead, _ = x.shape
-        q, k, v = self.qkv(x).view(*lead, 3, self.heads, self.head_dim).unbind(-3)
-        return q, k, v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
