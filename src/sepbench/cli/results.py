@@ -60,6 +60,11 @@ def results(
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench run` or `sepbench sweep` first, or pass "
                                     "--store PATH")
+        if discard and not running:
+            raise ConfigError("--discard forgets runs in training; add --running")
+        if discard and (task or model or out_file is not None or output is not ResultsFormat.table):
+            raise ConfigError("--discard forgets the runs its hashes name and shows none; --task, --model, --format "
+                              "and --out do not go with it")
         if threshold is not None and not 0 < threshold <= 1:
             raise ConfigError(f"--threshold must be in (0, 1], got {threshold}")
         if output is ResultsFormat.parquet and out_file is None:
@@ -71,8 +76,6 @@ def results(
                 whole_target(out_file)
             except NotARegularFile as problem:
                 raise ConfigError(f"--out {problem}") from None
-        if discard and not running:
-            raise ConfigError("--discard forgets runs in training; add --running")
         if running and (by_seed or threshold is not None):
             raise ConfigError("--by-seed and --threshold show stored runs; --running lists each run in training, "
                               "without them")
