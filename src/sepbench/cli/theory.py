@@ -37,11 +37,10 @@ def construct(
     with bad_input_exits():
         if name not in CONSTRUCTIONS:
             raise ConfigError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
-        sizes = given_lengths(length, lengths)
-        small = [n for n in sizes if n < 4 or (name != "index_lookup" and n % 2)]
-        if small:
-            rule = "at least 4" if name == "index_lookup" else f"even and at least 4 for {name}"
-            raise ConfigError(f"lengths must be {rule}; got {small}")
+        sizes = given_lengths(length, lengths, shortest=4)
+        odd = [n for n in sizes if name != "index_lookup" and n % 2]
+        if odd:
+            raise ConfigError(f"lengths must be even for {name}; got {odd}")
         if queries not in ("recall", "margin"):
             raise ConfigError(f"--queries must be recall or margin, got '{queries}'")
         if queries != "recall" and not name.startswith("nearest_neighbor"):
@@ -90,10 +89,10 @@ def bounds(
     output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
 ) -> None:
     """The paper's lower bounds on model size for a task at size N and precision p."""
-    from sepbench.theory.bounds import bound_table
+    from sepbench.theory.bounds import SHORTEST, bound_table
 
     with bad_input_exits():
-        sizes = given_lengths(length, lengths)
+        sizes = given_lengths(length, lengths, shortest=SHORTEST)
         try:
             frame = bound_table(task, sizes, precision)
         except ValueError as problem:

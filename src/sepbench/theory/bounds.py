@@ -85,12 +85,16 @@ BOUNDS: dict[str, list[Callable[[int, int], Bound]]] = {
 }
 
 
+SHORTEST = 2
+"""The smallest task size the bounds are stated for (log N must be positive)."""
+
+
 def bounds_for(task: str, length: int, precision: int) -> list[Bound]:
     """Every bound the paper proves for ``task`` at N = ``length`` and p = ``precision`` bits."""
     if task not in BOUNDS:
         raise ValueError(f"no lower bound for task '{task}'; allowed: {', '.join(BOUNDS)}")
-    if length < 2:
-        raise ValueError(f"length must be >= 2, got {length}")
+    if length < SHORTEST:
+        raise ValueError(f"length must be >= {SHORTEST}, got {length}")
     if precision < 1:
         raise ValueError(f"precision must be >= 1 bit, got {precision}")
     return [bound(length, precision) for bound in BOUNDS[task]]
