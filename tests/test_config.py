@@ -74,12 +74,21 @@ def test_yaml_loading(tmp_path):
 def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
     twice = tmp_path / "twice.yaml"
     twice.write_text("task: {name: index_lookup}\ntrain:\n  lr: 0.001\n  steps: 10\n  lr: 0.01\n")
-    with pytest.raises(ConfigError, match=r"not valid YAML at line 5: key 'lr' is given twice; give each key once$"):
+    with pytest.raises(ConfigError, match=r"not valid YAML at line 5: key 'lr' repeats the key at line 3; give each key "
+                                          r"once$"):
         load_yaml(twice)
     sections = tmp_path / "sections.yaml"
     sections.write_text("model: {width: 32}\nseed: 1\nmodel: {width: 64}\n")
-    with pytest.raises(ConfigError, match="line 3: key 'model' is given twice"):
+    with pytest.raises(ConfigError, match="line 3: key 'model' repeats the key at line 1"):
         RunConfig.from_yaml(sections)
+    inside_a_merge = tmp_path / "inside_a_merge.yaml"
+    inside_a_merge.write_text("train: {<<: {lr: 1, lr: 2}, steps: 3}\n")
+    with pytest.raises(ConfigError, match="key 'lr' repeats"):
+        load_yaml(inside_a_merge)
+    equal = tmp_path / "equal.yaml"
+    equal.write_text("1: a\n\"x\\ny\": b\ntrue: c\n")
+    with pytest.raises(ConfigError, match=r"line 3: key True repeats the key at line 1; give each key once$"):
+        load_yaml(equal)
 
 
 def test_a_merged_key_may_be_overridden_and_equal_keys_in_sibling_mappings_are_kept(tmp_path):
@@ -87,6 +96,10 @@ def test_a_merged_key_may_be_overridden_and_equal_keys_in_sibling_mappings_are_k
     merged.write_text("shared: &s {lr: 0.1, steps: 10}\ntrain:\n  <<: *s\n  lr: 0.01\nother: {lr: 0.5}\n")
     assert load_yaml(merged) == {"shared": {"lr": 0.1, "steps": 10}, "train": {"lr": 0.01, "steps": 10},
                                  "other": {"lr": 0.5}}
+    # a mapping merged from a shallower level than its own: PyYAML flattens it before constructing it
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("x:\n  y: &b\n    <<: {p: 1}\n    p: 2\nz:\n  <<: *b\n")
+    assert load_yaml(nested) == {"x": {"y": {"p": 2}}, "z": {"p": 2}}
 
 
 def test_a_cuda_ordinal_past_the_machines_devices_is_refused_in_one_line(monkeypatch):

@@ -76,7 +76,7 @@ def write_text(folder, text):
         (["mine", "--config-dir", "{two_grids}"], "give exactly one of 'values' and 'range'"),
         (["fig3a", "--device", "cuda:7"], "--device"),
         (["learned", "--lengths", "8,x"], "--lengths expects comma-separated integers"),
-        (["learned", "--lengths", "2"], "--lengths expects n >= 3 for the learned comparison, got '2'"),
+        (["learned", "--lengths", "2"], "--lengths expects task sizes from 3 to 1000000, got '2'"),
         (["fig3a", "--device", "banana"], "--device 'banana' is not a device; allowed: auto, cpu, cuda, cuda:N or mps"),
         (["fig3a", "--config-dir", "{tmp}/missing"], "--config-dir {tmp}/missing is not a folder"),
         (["fig3a", "--lengths", "8", "--steps", "5"], "--lengths, --steps apply to the learned comparison only"),

@@ -144,7 +144,7 @@ def test_discard_forgets_a_stopped_run_and_its_checkpoint_so_its_command_trains_
     unknown = runner.invoke(app, [*base, "--discard", key, "--discard", "0123456789abcdef"])
     assert unknown.exit_code == 2 and "--discard 0123456789abcdef: no run in training" in unknown.stderr
     assert runner.invoke(app, ["results", "--store", str(store.path), "--discard", key]).exit_code == 2
-    for extra in (["--task", "index_lookup"], ["--model", "transformer"], ["--format", "json"]):
+    for extra in (["--task", ""], ["--model", "transformer"], ["--format", "json"], ["--out", str(tmp_path / "o.csv")]):
         narrowed = runner.invoke(app, [*base, "--discard", key, *extra])
         assert narrowed.exit_code == 2, extra
         assert "--task, --model, --format and --out do not go with it" in " ".join(narrowed.stderr.split())

@@ -164,23 +164,33 @@ class RunConfig(StrictModel):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a mapping naming one key twice, which plain YAML reads as the last one silently."""
+    """A safe loader that refuses a mapping naming one key twice, which plain YAML reads as the last one silently.
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+    Each mapping is checked as written, before PyYAML flattens its ``<<:`` merges into it (keys merged in may be
+    overridden), whether it is reached as itself or through a merge.
+    """
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        checked = self.__dict__.setdefault("_checked", set())
+        if id(node) not in checked:
+            checked.add(id(node))
+            self._refuse_repeated_keys(node)
+        super().flatten_mapping(node)
+
+    def _refuse_repeated_keys(self, node: yaml.MappingNode) -> None:
+        first: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=deep)
+            key = self.construct_object(key_node)
             try:
-                repeated = key in seen
-                seen.add(key)
+                earlier = first.setdefault(key, key_node.start_mark)
             except TypeError:
                 continue  # an unhashable key: the base loader names that problem
-            if repeated:
+            if earlier is not key_node.start_mark:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' is given twice; give each key once", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+                    None, None, f"key {key!r} repeats the key at line {earlier.line + 1}; give each key once",
+                    key_node.start_mark)
 
 
 def load_yaml(path: str | Path, holds: str = "sections (task, model, train, seed, device)") -> dict[str, Any]:

@@ -110,24 +110,25 @@ def parse_ints(text: str, flag: str, at_least_one: bool = False) -> list[int]:
     return values
 
 
-def parse_lengths(text: str, flag: str, longest: int | None = LONGEST, shortest: int = 1) -> list[int]:
+def parse_lengths(text: str, flag: str, longest: int | None = LONGEST, shortest: int = 1,
+                  even: bool = False) -> list[int]:
     """Comma-separated task sizes, at least one, each from ``shortest`` to ``longest`` (None: no bound, for what
-    only counts or checks its own memory)."""
+    only counts or checks its own memory), and even where the command needs it."""
     sizes = parse_ints(text, flag, at_least_one=True)
-    if any(n < shortest or (longest is not None and n > longest) for n in sizes):
+    if any(n < shortest or (longest is not None and n > longest) or (even and n % 2) for n in sizes):
         allowed = f"from {shortest} to {longest}" if longest is not None else f">= {shortest}"
-        raise ConfigError(f"{flag} expects task sizes {allowed}, got '{text}'")
+        raise ConfigError(f"{flag} expects {'even ' if even else ''}task sizes {allowed}, got '{text}'")
     return sizes
 
 
-def given_lengths(length: int | None, lengths: str | None, shortest: int = 1) -> list[int]:
-    """``--lengths N1,N2,...`` or ``--length N``, one of them, each >= ``shortest`` (no upper bound: the
-    constructions check their own memory, and the bounds only count)."""
+def given_lengths(length: int | None, lengths: str | None, shortest: int = 1, even: bool = False) -> list[int]:
+    """``--lengths N1,N2,...`` or ``--length N``, one of them, each >= ``shortest`` and even where asked (no upper
+    bound: the constructions check their own memory, and the bounds only count)."""
     if length is not None and lengths:
         raise ConfigError("give --length N or --lengths N1,N2,..., not both")
-    if length is not None and length < shortest:
-        raise ConfigError(f"--length expects a task size >= {shortest}, got {length}")
-    sizes = parse_lengths(lengths, "--lengths", longest=None, shortest=shortest) if lengths else \
+    if length is not None and (length < shortest or (even and length % 2)):
+        raise ConfigError(f"--length expects {'an even' if even else 'a'} task size >= {shortest}, got {length}")
+    sizes = parse_lengths(lengths, "--lengths", longest=None, shortest=shortest, even=even) if lengths else \
         [length] if length is not None else []
     if not sizes:
         raise ConfigError("give --length N or --lengths N1,N2,...")

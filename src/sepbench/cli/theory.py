@@ -37,10 +37,7 @@ def construct(
     with bad_input_exits():
         if name not in CONSTRUCTIONS:
             raise ConfigError(f"unknown construction '{name}'; allowed: {', '.join(CONSTRUCTIONS)}")
-        sizes = given_lengths(length, lengths, shortest=4)
-        odd = [n for n in sizes if name != "index_lookup" and n % 2]
-        if odd:
-            raise ConfigError(f"lengths must be even for {name}; got {odd}")
+        sizes = given_lengths(length, lengths, shortest=4, even=name != "index_lookup")
         if queries not in ("recall", "margin"):
             raise ConfigError(f"--queries must be recall or margin, got '{queries}'")
         if queries != "recall" and not name.startswith("nearest_neighbor"):
@@ -189,9 +186,7 @@ def _device(name: str) -> str:
 def _learned_config(lengths: str | None, steps: int | None, seed: int | None):
     from sepbench.theory.softmax_vs_linear.learned import LearnedConfig
 
-    sizes = parse_lengths(lengths, "--lengths") if lengths else None
-    if sizes and min(sizes) < 3:
-        raise ConfigError(f"--lengths expects n >= 3 for the learned comparison, got '{lengths}'")
+    sizes = parse_lengths(lengths, "--lengths", shortest=3) if lengths else None
     fields = {"lengths": sizes, "steps": steps, "seed": seed}
     try:
         return LearnedConfig(**{k: v for k, v in fields.items() if v is not None})
