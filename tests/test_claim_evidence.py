@@ -380,3 +380,37 @@ def test_writing_evidence_keeps_the_files_runs_of_the_spec_and_says_which_it_lea
     lines = evidence.path_for(root, "quick", CLAIM).read_text().splitlines()
     assert {json.loads(line)["run"]["config_hash"] for line in lines} == {
         cfg.config_hash() for cfg in claim.configs("quick", {"train.steps": 7})}
+
+@pytest.mark.parametrize("claim_id", ["deng-r1", "deng-r2", "deng-r3", "deng-fig3b", "deng-fig7b", "deng-fig7e"])
+def test_a_random_networks_check_computed_again_gives_its_shipped_series(claim_id):
+    """The shipped series of Deng et al.'s random-network checks are what the check computes at its seeds."""
+    from sepbench.claims.checks import CHECKS
+
+    (claim,) = select(None, claim_id)
+    (record,) = [json.loads(line) for line in evidence.path_for(evidence.default_root(), "cpu", claim_id).read_text()
+                 .splitlines() if json.loads(line)["kind"] == "check"]
+    assert record["entry"]["params"] == claim.at("cpu").params
+    computed = CHECKS[claim.check](claim.at("cpu").params)
+    shipped = {label: {float(x): values for x, values in by_x.items()} for label, by_x in record["entry"]["series"].items()}
+    assert {label: {float(x): values for x, values in by_x.items()} for label, by_x in computed.items()} == shipped
+
+
+def test_random_softmax_networks_show_the_event_about_as_often_as_one_minus_two_to_the_minus_m():
+    """At small m the success event E is near 1 - 2^-m (docs/reproduction.md, Deng et al.), which is why Fig. 3(b)'s
+    smallest m fail the 0.9 line: 100 draws a seed, within three binomial standard errors."""
+    from sepbench.claims.checks import random_networks
+
+    series = random_networks({"figure": "fig3b", "seeds": [0, 1, 2]})
+    for m in (1, 2, 3, 4):
+        expected = 1 - 2.0 ** -m
+        noise = 3 * (expected * (1 - expected) / 300) ** 0.5
+        assert abs(sum(series["E"][m]) / 3 - expected) <= noise, (m, series["E"][m])
+
+
+def test_the_learned_check_gives_both_kinds_test_accuracy_per_length_and_seed():
+    from sepbench.claims.checks import learned
+
+    series = learned({"lengths": [8, 12], "steps": 3, "seeds": [0, 1]})
+    assert set(series) == {"softmax", "linear"}
+    for by_length in series.values():
+        assert set(by_length) == {8, 12} and all(len(v) == 2 and all(0 <= a <= 1 for a in v) for v in by_length.values())
