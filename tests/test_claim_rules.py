@@ -1025,3 +1025,18 @@ def test_a_level_at_the_second_best_rate_says_when_fewer_rates_trained(tmp_path)
     assert level.verdict == INCONCLUSIVE
     assert any("0 trained seeds, the rule needs 3 (it reads each cell's 2nd best learning rate, and at most 1 "
                "learning rate trained to the budget)" in r for r in level.reasons), level.reasons
+
+
+def test_no_solving_width_leaves_growth_and_order_inconclusive_and_says_why(tmp_path):
+    """A growth needs a width that solves the smallest size, and an order a side that solves: runs that plateau
+    below the line everywhere refute neither."""
+    def flat(cfg):
+        return _run(cfg, [(s, 0.3, 1.0) for s in STEPS])
+
+    _, (growth, *_rest) = _evaluate(tmp_path / "growth", "yang-width-flops", flat)
+    assert growth.verdict == INCONCLUSIVE
+    assert any(reason.endswith(": no width solves N=2") for reason in growth.reasons), growth.reasons
+    _, orders = _evaluate(tmp_path / "order", "yang-efficient-larger", flat)
+    for order in orders:
+        assert order.verdict == INCONCLUSIVE
+        assert any("no width solves either side" in reason for reason in order.reasons), order.reasons
