@@ -64,6 +64,19 @@ def test_edit_distance_reference_example_and_boundary_quirk():
     assert direct.check_sequence(direct.encode("i p u u | i k k d d u <sep> 10 <eos>"))
 
 
+@pytest.mark.parametrize("size", [4, 6, 12])
+def test_edit_distance_rows_are_the_reference_row_builders_rows(size):
+    """Pairs drawn as the reference draws them: our solver writes the same DP rows and answer as the reference's
+    row builder (ED/data.py: weighted costs, unit-cost boundary), token for token, and our checker accepts them."""
+    task = build_task("edit_distance", size)
+    draw = reference.sampler("edit_distance", size, 5)
+    for _ in range(300):
+        row = draw()
+        prompt = row[: task.prompt_length(row)]
+        assert prompt + task.solve(prompt) == row, task.render(row)
+        assert task.check_sequence(row)
+
+
 def test_ed_local_restates_the_characters_and_keeps_the_answer():
     plain, local = build_task("edit_distance", 6), build_task("ed_local", 6)
     prompt = plain.encode("a b | b a c <sep>")
