@@ -28,7 +28,8 @@ def test_defaults_are_resolved_so_equal_runs_hash_equal():
         ({"task": {"options": {"alphabet_size": 1}}}, "alphabet_size"),
         ({"train": {"schedule": "exp"}}, "train.schedule"),
         ({"device": "tpu"}, "device"),
-        ({"train": {"batch_size": 2**64}}, "train.batch_size = 18446744073709551616: Input should be less than or equal to 1000000000"),
+        ({"train": {"batch_size": 2**64}},
+         "train.batch_size = 18446744073709551616: Input should be less than or equal to 1000000000"),
         ({"train": {"steps": 10**9 + 1}}, "train.steps"),
         ({"train": {"eval_samples": 2**70}}, "train.eval_samples"),
     ],
@@ -74,8 +75,7 @@ def test_yaml_loading(tmp_path):
 def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
     twice = tmp_path / "twice.yaml"
     twice.write_text("task: {name: index_lookup}\ntrain:\n  lr: 0.001\n  steps: 10\n  lr: 0.01\n")
-    with pytest.raises(ConfigError, match=r"not valid YAML at line 5: key 'lr' repeats the key at line 3; give each key "
-                                          r"once$"):
+    with pytest.raises(ConfigError, match=r"at line 5: key 'lr' repeats the key at line 3; give each key once$"):
         load_yaml(twice)
     sections = tmp_path / "sections.yaml"
     sections.write_text("model: {width: 32}\nseed: 1\nmodel: {width: 64}\n")

@@ -67,8 +67,8 @@ def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_p
                                  capture_output=True, text=True, env=env)
         trained = subprocess.run(obeying_permissions([*sepbench, "run", "--store", str(store.path), "--steps", "2"]),
                                  capture_output=True, text=True, env=env)
-        reported = subprocess.run(obeying_permissions([*sepbench, "report", "--store", str(store.path), "--out",
-                                                       str(tmp_path / "report")]), capture_output=True, text=True, env=env)
+        report = [*sepbench, "report", "--store", str(store.path), "--out", str(tmp_path / "report")]
+        reported = subprocess.run(obeying_permissions(report), capture_output=True, text=True, env=env)
     finally:
         folder.chmod(0o755)
         store.path.chmod(0o644)

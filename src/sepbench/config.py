@@ -88,7 +88,8 @@ class TrainConfig(StrictModel):
     train_size: int = Field(10_000, ge=1, le=MOST, description="examples in the fixed training set")
     eval_every: int = Field(100, ge=1, le=MOST)
     eval_samples: int = Field(5000, ge=1, le=MOST)
-    eval_batch_size: int = Field(1000, ge=1, le=MOST, description="most rows per evaluation chunk; fewer where memory says")
+    eval_batch_size: int = Field(1000, ge=1, le=MOST,
+                                 description="most rows per evaluation chunk; fewer where memory says")
     eval_budget: Literal["full", "adaptive"] = Field(
         "adaptive", description="adaptive: stop an evaluation once its interval decides the threshold")
     threshold: float = Field(0.99, gt=0.0, le=1.0)
@@ -170,10 +171,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     overridden), whether it is reached as itself or through a merge.
     """
 
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()
+
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        checked = self.__dict__.setdefault("_checked", set())
-        if id(node) not in checked:
-            checked.add(id(node))
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
             self._refuse_repeated_keys(node)
         super().flatten_mapping(node)
 

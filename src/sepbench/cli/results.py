@@ -62,7 +62,8 @@ def results(
                                     "--store PATH")
         if discard and not running:
             raise ConfigError("--discard forgets runs in training; add --running")
-        if discard and (task is not None or model is not None or out_file is not None or output is not ResultsFormat.table):
+        narrowed = task is not None or model is not None or out_file is not None
+        if discard and (narrowed or output is not ResultsFormat.table):
             raise ConfigError("--discard forgets the runs its hashes name and shows none; --task, --model, --format "
                               "and --out do not go with it")
         if threshold is not None and not 0 < threshold <= 1:
