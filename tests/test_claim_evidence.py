@@ -381,19 +381,21 @@ def test_writing_evidence_keeps_the_files_runs_of_the_spec_and_says_which_it_lea
     assert {json.loads(line)["run"]["config_hash"] for line in lines} == {
         cfg.config_hash() for cfg in claim.configs("quick", {"train.steps": 7})}
 
+
 @pytest.mark.parametrize("claim_id", ["deng-r1", "deng-r2", "deng-r3", "deng-fig3b", "deng-fig7b", "deng-fig7e"])
 def test_a_random_networks_check_computed_again_gives_its_shipped_series(claim_id):
     """The shipped series of Deng et al.'s random-network checks are what the check computes at its seeds."""
     from sepbench.claims.checks import CHECKS
 
     (claim,) = select(None, claim_id)
-    (record,) = [json.loads(line) for line in evidence.path_for(evidence.default_root(), "cpu", claim_id).read_text()
-                 .splitlines() if json.loads(line)["kind"] == "check"]
+    lines = evidence.path_for(evidence.default_root(), "cpu", claim_id).read_text().splitlines()
+    (record,) = [r for r in map(json.loads, lines) if r["kind"] == "check"]
     assert record["entry"]["params"] == claim.at("cpu").params
-    computed = CHECKS[claim.check](claim.at("cpu").params)
+
     def as_floats(series):
         return {label: {float(x): values for x, values in by_x.items()} for label, by_x in series.items()}
 
+    computed = CHECKS[claim.check](claim.at("cpu").params)
     assert as_floats(computed) == as_floats(record["entry"]["series"])
 
 

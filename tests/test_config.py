@@ -86,9 +86,15 @@ def test_a_key_given_twice_in_one_mapping_is_refused_with_its_line(tmp_path):
     with pytest.raises(ConfigError, match="key 'lr' repeats"):
         load_yaml(inside_a_merge)
     equal = tmp_path / "equal.yaml"
-    equal.write_text("1: a\n\"x\\ny\": b\ntrue: c\n")
+    equal.write_text("1: a\nseed: 2\ntrue: c\n")
     with pytest.raises(ConfigError, match=r"line 3: key True repeats the key at line 1; give each key once$"):
         load_yaml(equal)
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text('"x\\ny": 1\n"x\\ny": 2\n')
+    with pytest.raises(ConfigError) as info:
+        load_yaml(quoted)
+    assert "\n" not in str(info.value)  # the key's newline is escaped, so the error stays one line
+    assert str(info.value).endswith("line 2: key 'x\\ny' repeats the key at line 1; give each key once")
 
 
 def test_a_merged_key_may_be_overridden_and_equal_keys_in_sibling_mappings_are_kept(tmp_path):
