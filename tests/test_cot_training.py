@@ -57,6 +57,26 @@ def test_generation_metrics_score_gold_continuations_as_right():
     assert not generation_metrics(model, task, wrong)["exact"].all()
 
 
+def test_a_row_that_never_emits_eos_is_wrong_whatever_its_last_token():
+    """Feng et al.'s arithmetic/eval.py: correct only if an <eos> is generated and the token before it is right."""
+    task = build_task("arithmetic", 3)
+    batch = task.sample_eval(32, np.random.default_rng(4))
+    last_scored = (batch.mask.to(torch.int64) * torch.arange(batch.targets.shape[1])).argmax(dim=1)
+    gold = batch.targets.gather(1, (last_scored - 1)[:, None])[:, 0]
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="transformer", layers=1, width=32, heads=4), task.vocab_size,
+                        task.max_seq_len()).eval()
+    with torch.no_grad():  # the final norm emits e_0 and the head reads it into one token: always gold[0]
+        model.norm.weight.zero_()
+        model.norm.bias.copy_(torch.nn.functional.one_hot(torch.tensor(0), 32).float())
+        model.head.weight.zero_()
+        model.head.weight[int(gold[0]), 0] = 1.0
+    result = generation_metrics(model, task, batch)
+    generated = result["sequences"][:, -1]
+    assert bool((generated == gold[0]).all()) and int(gold[0]) != task.eos_id
+    assert not bool(result["answer"].any()) and not bool(result["exact"].any())
+
+
 def lis_config(**train) -> RunConfig:
     return RunConfig.build({
         "task": {"name": "lis", "length": 6, "options": {"number_range": 20}},

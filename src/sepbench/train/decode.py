@@ -52,8 +52,9 @@ def prompt_lengths_of(batch: Batch) -> torch.Tensor:
 
 @torch.no_grad()
 def generation_metrics(model: SequenceModel, task: Task, batch: Batch, cache: bool = True) -> dict[str, torch.Tensor]:
-    """Per example: ``answer`` (the token before the first generated <eos> is the gold answer) and
-    ``exact`` (everything generated up to <eos> equals the gold CoT, answer and <eos>)."""
+    """Per example: ``answer`` (the token before the first generated <eos> is the gold answer; a row that
+    never emits <eos> is wrong, as in Feng et al.'s ``arithmetic/eval.py``) and ``exact`` (everything
+    generated up to <eos> equals the gold CoT, answer and <eos>)."""
     eos, pad = task.eos_id, task.pad_id
     prompt_lengths = prompt_lengths_of(batch)
     prompts = batch.inputs[:, : int(prompt_lengths.max())]
@@ -67,7 +68,7 @@ def generation_metrics(model: SequenceModel, task: Task, batch: Batch, cache: bo
     after_prompt = position >= prompt_lengths[:, None]
     ended = (seq == eos) & after_prompt
     first_eos = torch.where(ended, position, seq.shape[1]).min(dim=1).values
-    has_answer = first_eos - 1 >= prompt_lengths
+    has_answer = ended.any(dim=1) & (first_eos - 1 >= prompt_lengths)
     answer = seq.gather(1, (first_eos - 1).clamp(0, seq.shape[1] - 1)[:, None])[:, 0]
     last_scored = (batch.mask.to(torch.int64) * torch.arange(width, device=seq.device)).argmax(dim=1)
     gold = batch.targets.gather(1, (last_scored - 1)[:, None])[:, 0]
