@@ -203,6 +203,22 @@ def test_a_run_resumed_from_the_checkpoint_it_stopped_at_trains_no_further(tmp_p
     assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
 
 
+def test_a_stop_during_the_final_evaluation_keeps_the_training_done(tmp_path, monkeypatch):
+    cfg = config(checkpoint_every=300)  # no save falls due while it trains
+    trainer = Trainer(cfg, Keeping(tmp_path))
+    trainer.train_until(cfg.train.steps)
+
+    def stopped_by_ctrl_c(result, last):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "settle", stopped_by_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.finish()
+    resumed = Trainer(cfg, Keeping(tmp_path))
+    assert resumed.result.steps == cfg.train.steps
+    assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
+
+
 def test_a_resumed_run_counts_the_cpu_seconds_of_both_stretches(tmp_path):
     cfg = config(checkpoint_every=1e-9, steps=40, eval_every=20)
     first = Trainer(cfg, Keeping(tmp_path))

@@ -80,6 +80,9 @@ def test_an_lr_is_scored_by_the_mean_over_seeds_and_a_run_cut_before_the_rung_ha
     assert lr_score([failed], 10) == (0.0, math.inf)
     crashed_later = failed.model_copy(update={"curve": [EvalPoint(step=10, loss=0.5, accuracy=0.5, seconds=0.0)]})
     assert lr_score([crashed_later], 10) == (0.5, 0.5) and lr_score([crashed_later], 20) == (0.0, math.inf)
+    diverged = _result(1e-3, 0, "diverged", [(10, 0.5)]).model_copy(update={"steps": 12})
+    assert lr_score([diverged], 10) == (0.5, 0.5) and lr_score([diverged], 20) == (0.0, math.inf)
+    assert rank({1e-1: lr_score([diverged], 20), 1e-4: (0.0, 3.0)}) == [1e-4, 1e-1]  # below a rate that trained
 
 
 @pytest.fixture(scope="module")
@@ -331,12 +334,22 @@ def test_a_rate_cut_on_some_seed_is_not_ranked_on_the_seeds_trained_since():
     ({"lr_search": "foo"}, "lr_search: Input should be 'grid' or 'halving'"),
     ({"lr_grid": None}, "lr_search: halving needs an lr_grid"),
     ({"halving_eta": 1}, "halving_eta = 1: Input should be greater than 1"),
+    ({"halving_eta": float("inf")}, "halving_eta = inf: Input should be a finite number"),
     ({"halving_finalists": 0}, "halving_finalists = 0: Input should be greater than or equal to 1"),
 ])
 def test_bad_lr_search_fails_with_one_line(data, fragment):
     with pytest.raises(ConfigError) as caught:
         SweepSpec.build({**SPEC, **data})
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("eta", ["nan", "inf", "1"])
+def test_minwidth_refuses_an_eta_that_is_not_a_finite_number_above_1(eta, tmp_path):
+    shown = runner.invoke(app, ["minwidth", "--task", "index_lookup", "--model", "transformer", "--lengths", "10",
+                                "--widths", "8", "--lrs", "1e-3,1e-2", "--lr-search", "halving", "--eta", eta,
+                                "--store", str(tmp_path / "runs.db")])
+    assert shown.exit_code == 2 and f"--eta must be a finite number > 1, got {eta}" in shown.stderr
+    assert not (tmp_path / "runs.db").exists()
 
 
 def test_the_search_method_does_not_change_any_config_hash():

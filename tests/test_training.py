@@ -48,6 +48,7 @@ def test_fixed_data_mode_and_extra_eval_lengths():
 def test_divergence_is_a_status_not_a_crash():
     result = train(quick(steps=50, lr=1e12, grad_clip=None, warmup_steps=0))
     assert result.status == "diverged" and "non-finite" in result.error
+    assert "accuracy" not in result.metrics and math.isnan(result.metrics["loss"])  # no score for broken weights
 
 
 def test_learning_rate_schedule():

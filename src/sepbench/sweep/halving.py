@@ -112,12 +112,12 @@ def _finite(loss: float) -> float:
 
 def score_at(result: RunResult, step: int) -> Score | None:
     """(accuracy, loss) of one run at a rung: its evaluation at ``step``, or its final metrics if it stopped
-    before (solved and early-stopped, diverged); a failed run scores (0, inf) past the curve it reached; None if
-    it was cut before the rung."""
+    before (solved and early-stopped); a failed or diverged run scores (0, inf) past the curve it reached, below
+    every run that trained; None if it was cut before the rung."""
     for point in result.curve:
         if point.step == step:
             return point.accuracy, _finite(point.loss)
-    if result.status == "failed":
+    if result.status in ("failed", "diverged"):
         return 0.0, math.inf
     if result.steps < step and _stopped_early(result):
         return result.metrics.get("accuracy", 0.0), _finite(result.metrics.get("loss", math.inf))

@@ -18,7 +18,7 @@ def describe(result: RunResult) -> str:
     cfg = result.config
     text = (f"{cfg.model.name}-({cfg.model.layers}, {cfg.model.width}) {cfg.task.name} N={cfg.task.length} "
             f"lr={cfg.train.lr:g} seed={cfg.seed}: {result.status}")
-    if result.status == "failed":
+    if result.status in ("failed", "diverged"):
         return f"{text} ({result.error})"
     return f"{text} acc={result.accuracy:.3f} ({result.wall_seconds:.1f} s)"
 

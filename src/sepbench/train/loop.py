@@ -283,12 +283,14 @@ class Trainer:
     def settle(self, result: RunResult, last: Assessment | None) -> None:
         """Final status, full-set metrics with intervals (continuing ``last`` when it was taken at the final
         step) and state size of ``result``, trained by this Trainer's model."""
-        if result.status != "diverged":
+        if result.status == "diverged":  # weights that gave a non-finite loss: their accuracy would be noise
+            result.metrics, result.intervals = {"loss": math.nan}, {}
+        else:
             result.status = "solved" if result.steps_to_threshold is not None else "completed"
-        current = last if result.curve and result.curve[-1].step == result.steps else None
-        final = self.assess(full=True, resume=current)
-        result.metrics = final.metrics
-        result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
+            current = last if result.curve and result.curve[-1].step == result.steps else None
+            final = self.assess(full=True, resume=current)
+            result.metrics = final.metrics
+            result.intervals = {name: stored_interval(interval) for name, interval in final.intervals.items()}
         result.state_floats = stored_state_size(self.model, self.task.max_seq_len())
 
     def finish(self, delete_checkpoint: bool = True) -> RunResult:
@@ -296,7 +298,11 @@ class Trainer:
         ``delete_checkpoint=False``: the caller deletes it once the result is stored (``self.checkpoint``)."""
         result = self._begin()
         start, self._cpu_mark = time.perf_counter(), time.process_time()
-        self.settle(result, self._assessment)
+        try:
+            self.settle(result, self._assessment)
+        except KeyboardInterrupt:  # Ctrl-C in the final evaluation keeps the training done
+            checkpoint.save_trainer(self)
+            raise
         self._seconds += time.perf_counter() - start
         self._cpu_seconds, self._cpu_mark = self.cpu_seconds(), None
         result.wall_seconds, result.cpu_seconds = self._seconds, self._cpu_seconds
