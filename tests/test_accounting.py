@@ -17,6 +17,15 @@ def test_measured_state_and_flops_match_closed_forms(name, check):
     assert outcome.status == "pass", outcome.detail
 
 
+def test_the_first_count_in_a_process_leaves_out_the_onednn_probe():
+    from sepbench.models.accounting import forward_flops, measure_flops
+    from sepbench.models.mixers.onednn_linear import onednn_available
+
+    model = make("mamba")
+    onednn_available.cache_clear()  # the probe runs inside the counter, as on a process's first count
+    assert measure_flops(model, torch.zeros(1, 8, dtype=torch.long)) == forward_flops(model, 8)
+
+
 def test_state_grows_with_length_only_for_attention_caches():
     grows = {name for name in MODELS.names() if state_size(make(name, 200), 200) > state_size(make(name, 200), 20)}
     assert grows == {"transformer", "sparse_transformer"}

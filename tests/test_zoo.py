@@ -62,6 +62,17 @@ def test_linear_chunked_form_matches_quadratic_reference(length, chunk):
     torch.testing.assert_close(linear_attention_chunked(q, k, v, chunk), linear_attention_reference(q, k, v))
 
 
+def test_chunked_linear_attention_is_causal_to_the_last_bit():
+    """A later token of the same chunk must not reach an earlier output, not even through round-off."""
+    torch.manual_seed(3)
+    q, k = (feature_map(torch.randn(2, 3, 24, 5)) for _ in range(2))
+    v = torch.randn(2, 3, 24, 5)
+    before = linear_attention_chunked(q, k, v, 8)
+    k[:, :, 21], v[:, :, 21] = feature_map(torch.randn(2, 3, 5)), torch.randn(2, 3, 5)
+    after = linear_attention_chunked(q, k, v, 8)
+    assert torch.equal(after[:, :, :21], before[:, :, :21])
+
+
 def test_linear_state_is_the_prefix_sum_of_equations_16_to_19():
     torch.manual_seed(0)
     model = build_model(ModelConfig(name="linear_transformer", layers=1, width=8, heads=2), 5, 10).double()
@@ -125,8 +136,11 @@ def test_mamba_selection_depends_on_the_input():
     assert delta.min() > 0 and delta[0].std(0).mean() > 0 and b[0].std(0).mean() > 0 and c[0].std(0).mean() > 0
 
 
-def test_retnet_decays_are_one_per_head():
-    assert torch.allclose(head_decays(4), torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128, 1 - 1 / 256], dtype=torch.double))
+def test_retnet_decays_are_one_per_head_exactly_in_a_float64_model():
+    exact = torch.tensor([1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128, 1 - 1 / 256], dtype=torch.double)
+    assert torch.allclose(head_decays(4), exact)
+    mixer = build_model(ModelConfig(name="retnet", layers=1, width=16, heads=4), 5, 8).double().blocks[0].mixer
+    assert torch.allclose(mixer.log_decay.exp(), exact, rtol=1e-15, atol=0)
 
 
 def test_dss_starts_from_the_hippo_normal_spectrum():

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from sepbench.config import ModelConfig, StrictModel
@@ -24,6 +24,12 @@ class DSSOptions(StrictModel):
     conv: Literal["auto", "recurrent", "fft"] = Field(
         "auto", description="training convolution: auto (the compiled CPU recurrence on CPU where it builds, else "
         "the FFT), recurrent (an error where it does not build), or fft")
+
+    @model_validator(mode="after")
+    def _ordered_steps(self) -> "DSSOptions":
+        if self.dt_min > self.dt_max:
+            raise ValueError(f"dt_min {self.dt_min} is above dt_max {self.dt_max}; give dt_min <= dt_max")
+        return self
 
 
 def fft_length(n: int) -> int:

@@ -31,6 +31,12 @@ class LinearState:
     z: torch.Tensor
 
 
+def exclusive_cumsum(per_chunk: torch.Tensor) -> torch.Tensor:
+    """The sum over earlier chunks (dim 2) only: a chunk's own terms never enter, not even as round-off."""
+    total = per_chunk.cumsum(2)
+    return torch.cat([torch.zeros_like(total[:, :, :1]), total[:, :, :-1]], dim=2)
+
+
 def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
     """Causal phi-attention over [B, H, T, d] inputs (already feature-mapped), chunk by chunk.
 
@@ -42,10 +48,8 @@ def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     n = -(-length // chunk)
     pad = n * chunk - length
     q, k, v = (F.pad(t, (0, 0, 0, pad)).view(batch, heads, n, chunk, dim) for t in (q, k, v))
-    kv = k.transpose(-1, -2) @ v  # [B, H, n, d, d]
-    s_prev = kv.cumsum(2) - kv
-    z_chunk = k.sum(3)  # [B, H, n, d]
-    z_prev = z_chunk.cumsum(2) - z_chunk
+    s_prev = exclusive_cumsum(k.transpose(-1, -2) @ v)  # [B, H, n, d, d]
+    z_prev = exclusive_cumsum(k.sum(3))  # [B, H, n, d]
     causal = torch.ones(chunk, chunk, dtype=q.dtype, device=q.device).tril()
     scores = (q @ k.transpose(-1, -2)) * causal  # [B, H, n, C, C]; a mask product: tril is ~5x slower on CPU
     numerator = q @ s_prev + scores @ v

@@ -68,7 +68,7 @@ class MultiScaleRetention(Mixer):
         self.gate = nn.Linear(config.width, config.width, bias=False)
         self.norm = nn.GroupNorm(config.heads, config.width)
         self.out = nn.Linear(config.width, config.width, bias=False)
-        self.register_buffer("log_decay", head_decays(config.heads).log().float(), persistent=False)
+        self.register_buffer("log_decay", head_decays(config.heads).log(), persistent=False)  # float64: cast at use
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
