@@ -42,8 +42,13 @@ def test_arithmetic_rejects_wrong_steps():
                  "7 + 7 - 5 / 7 = 3 - 7 = 7 <eos>",  # two operators in one step
                  "7 + 7 - 5 / 7 = 7 + 7 - 7 = 3 - 7 = 7",  # no <eos>
                  "7 + 7 - 5 / 7 = 7 + 7 - 8 = 3 - 8 = 6 <eos>",  # a wrong intermediate value
-                 "7 + 7 - 5 / 7 = 7 <eos>"]:  # no CoT at all
+                 "7 + 7 - 5 / 7 = 7 <eos>",  # no CoT at all
+                 # a step the reference cannot have inserted there unbracketed, though the value (mod 11) holds
+                 "5 + 10 * 1 - 4 = 4 * 1 - 4 = 4 - 4 = 0 <eos>", "2 * 3 + 0 = 2 * 3 = 6 <eos>",
+                 "0 + 3 * 4 = 3 * 4 = 1 <eos>", "3 - 5 - 0 = 3 - 5 = 9 <eos>", "8 / 4 * 2 = 8 / 8 = 1 <eos>"]:
         assert not task.check_sequence(task.encode(line)), line
+    solved = task.solve(task.encode("5 + 10 * 1 - 4 ="))
+    assert task.render(solved) == "5 + 10 - 4 = 4 - 4 = 0 <eos>"
 
 
 def test_edit_distance_reference_example_and_boundary_quirk():
@@ -241,6 +246,9 @@ def test_split_fails_clearly_when_too_few_distinct_samples_exist():
     task = build_task("arithmetic", 1, {"modulus": 3})
     with pytest.raises(ValueError, match="fewer than 500 distinct samples"):
         task.sample_split(500, 10, np.random.default_rng(0))
+    every = build_task("arithmetic", 1, {"under": False})  # 473 distinct one-operator samples mod 11
+    train, test = every.split_rows(470, 3, np.random.default_rng(0))  # the rarest ones too, as the reference finds them
+    assert len({tuple(unpadded(row)) for rows in (train.tokens, test.tokens) for row in rows}) == 473
 
 
 def test_bad_options_are_refused():
@@ -250,6 +258,35 @@ def test_bad_options_are_refused():
         build_task("edit_distance", 3)
     with pytest.raises(Exception, match="mode"):
         build_task("lis", 10, {"mode": "chain"})
+
+
+@pytest.mark.parametrize("name, size, other, fragment", [
+    ("edit_distance", 6, 40, "at 40 the task needs 114 tokens, more than the 91 of N=6"),
+    ("ed_local", 6, 40, "more than the"),
+    ("edit_distance", 6, 3, "cannot evaluate at 3: EditDistance needs length >= 4"),
+    ("lis", 10, 200, "more than the 253 of N=10"),
+    ("lis", 10, 2, "cannot evaluate at 2: lis needs length >= 3"),
+])
+def test_an_evaluation_length_the_trained_task_cannot_write_is_refused(name, size, other, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        build_task(name, size).sample_eval(20, np.random.default_rng(0), other)
+
+
+@pytest.mark.parametrize("name", COT_TASKS)
+def test_a_shorter_evaluation_length_writes_rows_the_trained_task_checks(name):
+    task = build_task(name, SMALL[name])
+    batch = task.sample_eval(50, np.random.default_rng(1), SMALL[name] - 1)
+    assert int(batch.inputs.max()) < task.vocab_size
+    for inputs, targets, mask in zip(batch.inputs, batch.targets, batch.mask):
+        assert task.check(inputs.tolist(), targets.tolist(), mask.tolist())
+
+
+@pytest.mark.parametrize("name, size", [("arithmetic", 12), ("lis", 12), ("edit_distance", 6)])
+def test_the_task_contract_holds_where_rows_are_as_wide_as_the_widest_sample_drawn(name, size):
+    from sepbench.conformance import tasks as conformance
+
+    outcome = conformance.samples_pass_checker(build_task(name, size), samples=2000)
+    assert outcome.status == "pass", outcome.detail
 
 
 def test_arithmetic_leftmost_order_keeps_prompts_and_answers():

@@ -320,11 +320,17 @@ class Arithmetic(CotTask):
         return out[:-1] + [EOS]
 
     def reductions(self, expr: list[int]) -> list[list[int]]:
-        """Every expression made by evaluating one `a op b` of ``expr`` (dropping brackets that enclose exactly it)."""
+        """Every expression made by evaluating one `a op b` of ``expr`` that the reference generator could have
+        written there unbracketed, dropping brackets that enclose exactly it: its ``iter`` brackets a new pair
+        after `/`, and a `+`/`-` pair after `*` or `-` or before `*` or `/` (docs/cot_tasks.md)."""
         found = []
         for i in range(1, len(expr) - 1):
             a, op, b = expr[i - 1], expr[i], expr[i + 1]
             if op not in OPERATORS or a < NUMBER0 or b < NUMBER0:
+                continue
+            before = expr[i - 2] if i >= 2 else None
+            after = expr[i + 2] if i + 2 < len(expr) else None
+            if before == DIVIDE or (op in (PLUS, MINUS) and (before in (TIMES, MINUS) or after in (TIMES, DIVIDE))):
                 continue
             value = self.evaluate([a, op, b])
             if value is None:

@@ -16,6 +16,9 @@ from sepbench.tasks.base import Batch, Task
 from sepbench.tasks.cot.distinct import SeenRows
 
 PAD, EOS = 0, 2
+PATIENCE = 20_000
+"""Draws in a row that find no new distinct sample before a materialised split gives up (at least 4 per row
+asked); the reference draws on until its set is full, forever where the task has fewer samples."""
 
 
 class CotOptions(BaseModel):
@@ -134,8 +137,21 @@ class CotTask(Task):
     def generate_rows(self, n: int, rng: np.random.Generator, length: int | None = None,
                       train: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Padded full rows (with <eos>) in ``token_dtype`` and prompt lengths; the entry point of both data modes."""
+        if length is not None and length != self.length:
+            self.check_other_length(length)
         rows, prompts = self._generate(n, rng, length or self.length, train)
         return rows.astype(self.token_dtype, copy=False), prompts
+
+    def check_other_length(self, length: int) -> None:
+        """Refuse a length other than N that this task cannot write for a model trained at N: one the task
+        refuses at that size, or one whose rows need tokens past N's vocabulary."""
+        try:
+            other = type(self)(length, self.options.model_dump())
+        except ValueError as problem:
+            raise ValueError(f"cannot evaluate at {length}: {problem}") from None
+        if other.vocab_size > self.vocab_size:
+            raise ValueError(f"at {length} the task needs {other.vocab_size} tokens, more than the "
+                             f"{self.vocab_size} of N={self.length}; cannot evaluate at {length}")
 
     def to_batch(self, rows: np.ndarray, prompt_lengths: np.ndarray) -> Batch:
         """Next-token targets; the mask scores the CoT, the answer and <eos>, never the prompt."""
@@ -186,16 +202,17 @@ class CotTask(Task):
         place = rng.permutation(n)  # the i-th distinct row lands at place[i], so the set comes out shuffled
         store, filled, used = seen.attach(tokens), 0, 1
         chunk = int(np.clip(4_000_000 // width, 1024, 50_000))  # ~4 MB of rows: fewer page faults than 8 MB
+        patience = max(PATIENCE, 4 * n)
         for draws, stage in stages:
             left, stale = draws, 0
-            while filled < n and (left is None or left > 0) and stale < 3:
+            while filled < n and (left is None or left > 0) and stale < patience:
                 size = min(chunk, left) if left is not None else min(chunk, (n - filled) + (n - filled) // 8 + 64)
                 rows, row_prompts = self.stage_rows(size, rng, stage)
                 rows = rows.astype(self.token_dtype, copy=False)
                 left = None if left is None else left - size
                 to = place[filled:]
                 fresh = seen.keep(rows, to)
-                stale = 0 if len(fresh) else stale + 1
+                stale = 0 if len(fresh) else stale + size
                 if len(fresh) == len(rows):  # generated rows are as wide as the longest of them
                     block, width_used = rows, rows.shape[1]
                 else:
