@@ -48,6 +48,9 @@ def test_bound_table_rows_and_bad_input():
         B.bounds_for("nope", 10, 8)
     with pytest.raises(ValueError, match="precision must be >= 1"):
         B.bounds_for("dyck", 10, 0)
+    with pytest.raises(ValueError, match="dyck instances have even length; got N=11"):
+        B.bounds_for("dyck", 11, 8)
+    assert B.bounds_for("nearest_neighbor", 11, 8)[0].minimum == 1
 
 
 def test_bounds_cli():
@@ -62,6 +65,9 @@ def test_bounds_cli():
     assert bad.exit_code == 2 and "give --length" in bad.stderr
     bad = runner.invoke(app, ["bounds", "--task", "x", "--length", "10"])
     assert bad.exit_code == 2 and "allowed: index_lookup" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    for task in ("dyck", "eq_one"):  # no instance has odd length
+        odd = runner.invoke(app, ["bounds", "--task", task, "--lengths", "100,10001", "--precision", "8"])
+        assert odd.exit_code == 2 and "expects even task sizes" in odd.stderr and not odd.stdout
 
 
 def _random_model(name: str, layers: int, width: int, heads: int = 1) -> torch.nn.Module:

@@ -15,6 +15,7 @@ def test_listings():
     tasks = runner.invoke(app, ["tasks"])
     models = runner.invoke(app, ["models"])
     assert tasks.exit_code == 0 and "index_lookup" in tasks.stdout
+    assert "u[sep]v" in tasks.stdout and "dp[i]" in tasks.stdout  # descriptions as registered, not read as markup
     assert models.exit_code == 0 and "transformer" in models.stdout and "lstm" in models.stdout
 
 
@@ -55,6 +56,17 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(store_path, args, fr
     assert result.exit_code == 2
     assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not store_path.exists() or len(Store(store_path)) == 0
+
+
+def test_run_showing_a_stored_failed_run_exits_1(store_path):
+    from sepbench.sweep.runner import failed_result
+
+    assert runner.invoke(app, QUICK).exit_code == 0
+    store = Store(store_path)
+    (trained,) = store.results()
+    store.put(failed_result(trained.config, RuntimeError("boom")))
+    shown = runner.invoke(app, QUICK)
+    assert shown.exit_code == 1 and "is stored as failed" in shown.stderr and "--force trains it again" in shown.stderr
 
 
 def test_malformed_yaml_exits_2(store_path, tmp_path):
@@ -149,6 +161,20 @@ def test_bad_paths_and_options_exit_2_with_one_line(tmp_path, store_path, args, 
     assert stop.value.code == 2 and printed.err.count("\n") == 1, printed
     assert fragment.format(tmp=tmp_path) in printed.err, printed.err
     assert not store_path.exists()
+
+
+def test_a_width_search_over_a_stored_run_it_cannot_read_exits_2_with_one_line(tmp_path):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    search = WIDTH_SEARCH + ["--steps", "4", "--m", "1", "--k", "1", "--set", "train.eval_every=2",
+                             "--set", "train.eval_samples=16", "--store", str(store)]
+    assert runner.invoke(app, search).exit_code == 0
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE runs SET result = '{not json'")
+    again = runner.invoke(app, search)
+    assert again.exit_code == 2 and "cannot be read" in again.stderr, again.output
+    assert len(again.stderr.strip().splitlines()) == 1
 
 
 def test_results_out_writes_through_a_link_and_refuses_a_pipe_it_would_replace(tmp_path):

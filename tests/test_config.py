@@ -32,6 +32,11 @@ def test_defaults_are_resolved_so_equal_runs_hash_equal():
          "train.batch_size = 18446744073709551616: Input should be less than or equal to 1000000000"),
         ({"train": {"steps": 10**9 + 1}}, "train.steps"),
         ({"train": {"eval_samples": 2**70}}, "train.eval_samples"),
+        ({"model": {"name": "dss", "options": {"dt_min": 0.5, "dt_max": 0.1}}}, "give dt_min <= dt_max"),
+        ({"train": {"lr": 1e300}}, "train.lr = 1e+300: should be at most 3.403e+38, the largest float32"),
+        ({"train": {"weight_decay": 1e39}}, "train.weight_decay"),
+        ({"train": {"betas": [2.0, 0.5]}}, "train.betas.0 = 2.0: Input should be less than 1"),
+        ({"train": {"betas": [0.9, -0.1]}}, "train.betas.1"),
     ],
 )
 def test_bad_configs_give_one_line(data, fragment):

@@ -113,7 +113,7 @@ def test_construct_cli_prints_the_precision_that_keeps_it_exact(monkeypatch):
      (["construct", "index_lookup", "--lengths", "10,,20"], "--lengths expects comma-separated integers"),
      (["construct", "index_lookup", "--length", "3"], "--length expects a task size >= 4, got 3"),
      (["construct", "index_lookup", "--lengths", "8,1"], "--lengths expects task sizes >= 4, got '8,1'"),
-     (["bounds", "--task", "dyck", "--length", "1"], "--length expects a task size >= 2, got 1"),
+     (["bounds", "--task", "dyck", "--length", "1"], "--length expects an even task size >= 2, got 1"),
      (["construct", "index_lookup", "--length", "50", "--queries", "margin"],
       "--queries applies to nearest_neighbor and nearest_neighbor_copy, not index_lookup"),
      (["table2", "--lengths", "10,20"], "the default widths are Table 2's, for the lengths 87,221,355,505 only"),

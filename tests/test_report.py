@@ -195,6 +195,19 @@ def test_a_store_with_nothing_to_report_exits_1_and_writes_nothing(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("blocked, made", [("figures", "file"), ("index.html", "folder"), ("min_flops.csv", "folder")])
+def test_a_report_file_blocked_in_its_folder_is_one_line_and_nothing_written(tmp_path, blocked, made):
+    store = Store(tmp_path / "runs.db")
+    store.put(law_results([12], [8])[0])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / blocked).write_text("") if made == "file" else (out / blocked).mkdir()
+    result = runner.invoke(app, ["report", "--store", str(store.path), "--out", str(out)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert str(out / blocked) in result.stderr
+    assert [p.name for p in out.iterdir()] == [blocked]
+
+
 def test_a_store_whose_only_run_was_cut_reports_its_cell_undecided(tmp_path):
     store = Store(tmp_path / "runs.db")
     pruned = law_results([12], [8])[0].model_copy(update={"status": "pruned", "metrics": {}})
@@ -312,6 +325,16 @@ def test_failed_cells_are_drawn_and_tabled_as_failed_never_as_zero():
     assert len(rows) == 3 and set(rows["counts as"]) == {"failed cell"} and set(rows.seeds) == {"0, 1, 2"}
     shorter = [run("lstm", n, 4, 0, None, "failed", "out of memory") for n in (100, 20, 10)]
     assert list(not_trained_table(results + shorter, SolvedRule()).length) == [10, 20, 48, 48, 48, 100]
+
+
+def test_a_length_with_no_unsolved_cell_is_undecided_in_the_flops_table_never_not_solved():
+    one_seed = [run("lstm", 12, 8, 0, 0.25)]  # needs 3 seeds, has 1
+    broken = [run("lstm", 12, 16, s, None, "diverged", "non-finite loss at step 2") for s in range(3)]
+    flops = flops_table(one_seed + broken, SolvedRule(0.9))
+    cell = flops.loc["index_lookup / lstm", 12]
+    assert cell.startswith("undecided; 1 undecided cell (needs 3 seeds, has 1), 1 failed cell"), cell
+    unsolved = [run("lstm", 12, 8, s, 0.25) for s in range(3)]
+    assert flops_table(unsolved + broken, SolvedRule(0.9)).loc["index_lookup / lstm", 12].startswith("not solved; ")
 
 
 def test_headline_names_both_rules_when_they_differ(report_dir):

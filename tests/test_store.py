@@ -48,6 +48,22 @@ def obeying_permissions(command: list[str]) -> list[str]:
     return [*UNPRIVILEGED, *command]
 
 
+def test_a_store_on_a_read_only_mount_is_read(tmp_path):
+    """SQLite reports a read-only mount as 'unable to open database file', not as 'readonly'."""
+    folder, mount = tmp_path / "files", tmp_path / "mount"
+    mount.mkdir()
+    store = Store(folder / "runs.db")
+    store.put(fake_result(0))
+    read = (f"mount --bind {folder} {mount} && mount -o remount,ro,bind {mount} && "
+            f"{sys.executable} -m sepbench results --store {mount / 'runs.db'} --by-seed --format json")
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        pytest.skip("mounting needs unshare -m, which is not allowed here")
+    shown = subprocess.run(["unshare", "-m", "sh", "-c", read], capture_output=True, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert shown.returncode == 0, shown.stderr
+    assert [row["seed"] for row in json.loads(shown.stdout)] == [0]
+
+
 def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_path):
     folder = tmp_path / "shared"
     store = Store(folder / "runs.db")

@@ -5,7 +5,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -74,13 +74,18 @@ MOST = 1_000_000_000
 """The largest count a train field takes (steps, batch and sample sizes): past it no run fits any machine."""
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest learning rate and weight decay: an optimizer hands both to float32 arithmetic."""
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class TrainConfig(StrictModel):
     steps: int = Field(3000, ge=1, le=MOST)
     batch_size: int = Field(64, ge=1, le=MOST)
     lr: float | None = Field(None, gt=0.0, description="default: the model's own")
     optimizer: Literal["adam", "adamw"] = "adam"
     weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam's moment decays, each in [0, 1)")
     warmup_steps: int = Field(100, ge=0, le=MOST)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     grad_clip: float | None = Field(1.0, gt=0.0)
@@ -96,6 +101,13 @@ class TrainConfig(StrictModel):
     early_stop: bool = True
     checkpoint_every: float = Field(300.0, ge=0.0, description="seconds of training between checkpoints; 0: none")
     tensorboard: str | None = Field(None, description="folder for TensorBoard scalars [default: $SEPBENCH_TENSORBOARD]")
+
+    @field_validator("lr", "weight_decay")
+    @classmethod
+    def _fits_float32(cls, value: float | None) -> float | None:
+        if value is not None and value > FLOAT32_MAX:
+            raise ValueError(f"should be at most {FLOAT32_MAX:.4g}, the largest float32")
+        return value
 
 
 WATCH_FIELDS = {"checkpoint_every", "tensorboard"}

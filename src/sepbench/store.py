@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_STORE = "sepbench.db"
+READ_ONLY_SIGNS = ("readonly", "unable to open database file")
+"""How SQLite reports a store it may read but not write: a read-only file or folder, or a read-only mount."""
 STORE_ENV = "SEPBENCH_STORE"
 CHECKPOINTS_ENV = "SEPBENCH_CHECKPOINTS"
 
@@ -167,8 +169,8 @@ class Store:
                     conn.execute("PRAGMA busy_timeout=60000")
                     conn.executescript(SCHEMA)
                     conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
-                except sqlite3.OperationalError as error:
-                    if "readonly" not in str(error) or not self.path.exists():
+                except sqlite3.OperationalError as error:  # a read-only file, folder or mount
+                    if not any(sign in str(error) for sign in READ_ONLY_SIGNS) or not self.path.exists():
                         raise
                     reader = True
                 else:

@@ -52,10 +52,10 @@ def _listing(kind: str, registry: Registry) -> Table:
     registry's kind; plugins are not imported to list them."""
     table = Table(kind, "description")
     for entry in registry:
-        table.add_row(entry.name, entry.description)
+        table.add_row(Text(entry.name), Text(entry.description))  # as written: "u[sep]v" is no markup
     for name, point in sorted(registry.plugins.installed().items()):
         if name not in registry:
-            table.add_row(name, f"plugin {point.value}" + (f" ({point.dist.name})" if point.dist else ""))
+            table.add_row(Text(name), Text(f"plugin {point.value}" + (f" ({point.dist.name})" if point.dist else "")))
     return table
 
 

@@ -41,7 +41,10 @@ def report(
         db = Store(store)
         if not db.path.exists():
             raise FileNotFoundError(f"no store at {db.path}; run `sepbench sweep` or `sepbench run` first")
-        require_folder(out_dir)
+        require_folder(out_dir / "figures", given=out_dir)
+        for name in ("index.html", "min_flops.csv"):
+            if (out_dir / name).is_dir():
+                raise ConfigError(f"--out {out_dir}: {out_dir / name} is a folder, where the report writes a file")
         results, random_networks = db.results(), db.query_softmax_vs_linear()
     warn_unreadable(db)
     if not results and random_networks.empty:

@@ -89,8 +89,9 @@ def run(
             warn(f"note: that run came from other code ({_code_of(ran.result)}; this is {code_version()}); "
                  "--retrain-stale trains it again")
     _print_result(ran.result, db.path)
-    if ran.result.status == "failed" and not ran.reused:
-        warn(f"error: run {key} failed ({ran.result.error}); stored as failed in {db.path}")
+    if ran.result.status == "failed":
+        warn(f"error: run {key} is stored as failed in {db.path} ({ran.result.error}); --force trains it again"
+             if ran.reused else f"error: run {key} failed ({ran.result.error}); stored as failed in {db.path}")
         raise typer.Exit(1)
 
 

@@ -1,6 +1,7 @@
 """Commands that train many runs: a sweep spec's grid, and the search for the smallest solving width."""
 from __future__ import annotations
 
+import math
 import time
 from contextlib import ExitStack
 from enum import Enum
@@ -200,8 +201,8 @@ def minwidth(
                 grid_lrs = parse_lrs(lrs) if lrs is not None else None
                 if lr_search == LrSearch.halving and not grid_lrs:
                     raise ConfigError("--lr-search halving needs --lrs, the learning rates to search")
-                if eta <= 1:
-                    raise ConfigError(f"--eta must be > 1, got {eta:g}")
+                if not 1 < eta < math.inf:
+                    raise ConfigError(f"--eta must be a finite number > 1, got {eta:g}")
                 _refuse_searched(assignments, lrs_given=grid_lrs is not None)
                 flags = {"task.name": task, "model.name": model, "model.layers": layers, "train.steps": steps,
                          "device": device}
@@ -216,10 +217,11 @@ def minwidth(
             progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
                                      err, live=False, at_most=True)
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
-            search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
-                                      on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
-                                      lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
-                                      finalists=finalists)
+            with bad_input_exits():  # a stored run it cannot read
+                search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
+                                          on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
+                                          lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
+                                          finalists=finalists)
     except SweepInterrupted as stop:
         interrupted(f"{counted(stop.finished, 'run')} finished and stored in {db.path}", db, started)
     cfg = RunConfig.build(apply_overrides(base, {"task.length": grid_lengths[0], "model.width": grid_widths[0]}))

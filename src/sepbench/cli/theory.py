@@ -86,10 +86,10 @@ def bounds(
     output: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
 ) -> None:
     """The paper's lower bounds on model size for a task at size N and precision p."""
-    from sepbench.theory.bounds import SHORTEST, bound_table
+    from sepbench.theory.bounds import EVEN_ONLY, SHORTEST, bound_table
 
     with bad_input_exits():
-        sizes = given_lengths(length, lengths, shortest=SHORTEST)
+        sizes = given_lengths(length, lengths, shortest=SHORTEST, even=task in EVEN_ONLY)
         try:
             frame = bound_table(task, sizes, precision)
         except ValueError as problem:

@@ -36,7 +36,8 @@ class SweepSpec(StrictModel):
     lr_grid: list[float] | None = Field(None, min_length=1, description="learning rates tried in every cell")
     lr_search: Literal["grid", "halving"] = Field(
         "grid", description="grid: every learning rate trains in full; halving: successive halving (sweep.halving)")
-    halving_eta: float = Field(2.0, gt=1.0, description="halving keeps 1/eta of the learning rates at each rung")
+    halving_eta: float = Field(2.0, gt=1.0, allow_inf_nan=False,
+                               description="halving keeps 1/eta of the learning rates at each rung")
     halving_finalists: int = Field(2, ge=1, description="learning rates halving trains to the budget (the last cut "
                                    "happens there)")
     halving_keep_ties: bool = Field(False, description="halving also keeps, at each rung, every learning rate "

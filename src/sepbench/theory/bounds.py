@@ -88,6 +88,9 @@ BOUNDS: dict[str, list[Callable[[int, int], Bound]]] = {
 SHORTEST = 2
 """The smallest task size the bounds are stated for (log N must be positive)."""
 
+EVEN_ONLY = frozenset({"dyck", "eq_random", "eq_one", "equality"})
+"""Tasks whose instances have even length (balanced strings; two equal halves): their bounds need even N."""
+
 
 def bounds_for(task: str, length: int, precision: int) -> list[Bound]:
     """Every bound the paper proves for ``task`` at N = ``length`` and p = ``precision`` bits."""
@@ -95,6 +98,8 @@ def bounds_for(task: str, length: int, precision: int) -> list[Bound]:
         raise ValueError(f"no lower bound for task '{task}'; allowed: {', '.join(BOUNDS)}")
     if length < SHORTEST:
         raise ValueError(f"length must be >= {SHORTEST}, got {length}")
+    if task in EVEN_ONLY and length % 2:
+        raise ValueError(f"{task} instances have even length; got N={length}")
     if precision < 1:
         raise ValueError(f"precision must be >= 1 bit, got {precision}")
     return [bound(length, precision) for bound in BOUNDS[task]]
