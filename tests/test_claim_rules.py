@@ -276,6 +276,46 @@ def test_a_level_with_seeds_needed_asks_k_of_the_seeds_of_its_worst_member(tmp_p
         assert all("sparse_transformer-(3, 96)" in e for e in outcome.evidence), outcome.evidence
 
 
+def test_a_rate_claim_waits_on_a_transformer_rate_the_search_cut_on_a_tie(tmp_path):
+    """Every trained TF rate plateaus at 0.9, short of 0.95; lr 5e-3 was cut at step 500 level with lr 1e-3:
+    it might have reached 0.95, so 'the Transformer never reaches it' is not decided."""
+    def make(cfg):
+        if cfg.model.name != "transformer":
+            return _run(cfg, [(s, 0.1, 3.0) for s in range(250, 2750, 250)])
+        if cfg.train.lr == 0.005:
+            return _run(cfg, [(250, 0.5, 0.7), (500, 0.5, 0.7)], status="pruned")
+        return _run(cfg, [(s, 0.5, 0.7) for s in range(250, 1250, 250)] + [(s, 0.9, 0.3) for s in range(1250, 2750, 250)])
+
+    _, (_, rate) = _evaluate(tmp_path / "fast", "il-tf-vs-recurrent", make)
+    assert rate.verdict == INCONCLUSIVE, (rate.evidence, rate.reasons)
+    assert any("the rate search cut transformer-(1, 64) lr 0.005 at step 500" in r for r in rate.reasons), rate.reasons
+    assert rate.waits_on
+
+    def recurrent_cut(cfg):  # the Transformer solves at 250 steps; an LSTM rate cut level with the kept one
+        if cfg.model.name == "lstm" and cfg.train.lr == 0.005:
+            return _run(cfg, [(250, 0.1, 3.0), (500, 0.1, 3.0)], status="pruned")
+        return _rate_runs(250, lstm_learns=False)(cfg)
+
+    _, (_, rate) = _evaluate(tmp_path / "slow", "il-tf-vs-recurrent", recurrent_cut)
+    assert rate.verdict == INCONCLUSIVE and any("cut lstm-(1, 64) lr 0.005" in r for r in rate.reasons), rate.reasons
+
+
+@pytest.mark.parametrize("tf, mamba, verdict, decides", [
+    (0.96, (0.999, 0.999, 0.90), INCONCLUSIVE, "mamba-(1, 64)"),  # Mamba's mean is the highest, one seed short
+    (0.96, (0.97, 0.97, 0.97), REPRODUCED, "0.960"),
+    (0.94, (0.5, 0.999, 0.999), NOT_REPRODUCED, "transformer-(1, 64)"),  # TF short on every seed, Mamba's mean lower
+])
+def test_the_worst_member_is_the_one_whose_seeds_decide_not_the_lowest_mean(tmp_path, tf, mamba, verdict, decides):
+    """'The worst of TF, DSS and Mamba reaches 0.95' needs every member on every seed: the member read is the one
+    whose seeds decide that, not the one of lowest mean."""
+    def make(cfg):
+        accuracy = {"transformer": (tf,) * 3, "dss": (0.96,) * 3, "mamba": mamba}.get(cfg.model.name, (0.5,) * 3)
+        return _run(cfg, [(s, accuracy[cfg.seed], 0.2) for s in STEPS])
+
+    _, (worst, *_) = _evaluate(tmp_path, "eq-random", make)
+    assert worst.verdict == verdict and decides in worst.evidence[0], (worst.evidence, worst.reasons)
+
+
 def test_seeds_needed_is_for_a_level_that_must_be_reached():
     from pydantic import ValidationError
 

@@ -55,11 +55,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
                                        MinWidthOrder, Rate, group_at)
-from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, member_name, slots_of
+from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, mean_of, member_name, slots_of
 from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, STOPPED_EARLY,
@@ -161,13 +161,22 @@ def _stopped_short_of(condition: Compare | Level, points: Sequence[Point], verdi
             f"(train them with a higher train.threshold)")
 
 
-def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], float] | None:
-    """How members are ranked: the mean over their seeds (None, ``group_point``'s own), or with ``seeds_needed`` =
-    k the k-th best seed, so that the worst member is the one furthest from having k seeds at the level."""
-    k = condition.seeds_needed if isinstance(condition, Level) else None
-    if k is None:
+def _member_score(condition: Compare | Level) -> Callable[[Sequence[float]], Any] | None:
+    """How members are ranked: for a comparison the mean over their seeds (None, ``group_point``'s own); for a level
+    with ``seeds_needed`` = k the k-th best seed, so that the worst member is the one furthest from having k seeds
+    at the level; for any other level the member's own verdict on every seed first, then the mean. "The worst
+    member reaches it" holds only if every member does on every seed, so the pick must be the member whose seeds
+    decide that, not the one of lowest mean (and "the best stays below" likewise)."""
+    if not isinstance(condition, Level):
         return None
-    return lambda values: sorted(values, reverse=True)[k - 1] if len(values) >= k else -math.inf
+    k = condition.seeds_needed
+    if k is not None:
+        return lambda values: sorted(values, reverse=True)[k - 1] if len(values) >= k else -math.inf
+    order = [NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED]  # at_least: a higher rank is a member nearer passing
+    if condition.direction == "below":
+        order.reverse()  # below: a higher rank is a member nearer crossing the line
+    return lambda values: (order.index(level_verdict(values, condition.threshold, condition.direction)),
+                           mean_of(values))
 
 
 def _both_reach(condition: Compare, points: Sequence[Point]) -> bool:
@@ -316,7 +325,7 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
         if within is not None and steps >= within and (steps < INF or max(r.steps for r in fast.runs) >= within):
             reached = f"reaches it at T = {steps:.0f} steps (slowest seed)" if steps < INF else "never reaches it"
             outcome.evidence.append(f"N={n}: {fast.label} {fast.member} {reached}: not below {within} steps")
-            verdicts.append(NOT_REPRODUCED)
+            verdicts.append(_unless_tied(outcome, n, NOT_REPRODUCED, fast_slot.results))
             continue
         if steps == INF:
             budget = max(r.steps for r in fast.runs)
@@ -326,7 +335,7 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
             learning = (learning_reason(short, condition.threshold)
                         or _stopped_text([r for r in short if stopped_early(r)], fast.label, condition.threshold))
             outcome.reasons += [f"N={n}: {learning}"] if learning else []
-            verdicts.append(INCONCLUSIVE if learning else NOT_REPRODUCED)
+            verdicts.append(INCONCLUSIVE if learning else _unless_tied(outcome, n, NOT_REPRODUCED, fast_slot.results))
             continue
         horizon = condition.k * steps
         at_horizon = lambda r: _accuracy_at(r, horizon)  # noqa: E731 - the value both calls read
@@ -354,11 +363,22 @@ def _rate(condition: Rate, scale: str, configs: Sequence[RunConfig], results: di
         if verdict == INCONCLUSIVE:
             line = f"{condition.threshold:g} at {condition.k:g} x T"
             outcome.reasons.append(f"N={n}: {_seeds_straddle(line, slow.values)}")
-        verdicts.append(verdict)
+        verdicts.append(_unless_tied(outcome, n, verdict, slow_slot.results) if verdict == REPRODUCED else verdict)
     outcome.verdict = combine(verdicts) if verdicts else INCONCLUSIVE
     if not verdicts:
         outcome.reasons.append("no lengths to judge")
     return outcome
+
+
+def _unless_tied(outcome: Outcome, n: int, verdict: str, side: Sequence[RunResult]) -> str:
+    """``verdict``, or inconclusive where the side whose better rate would overturn it had rates cut on a tie (a
+    faster Transformer rate, or a recurrent rate above the line, may be one the search never trained)."""
+    cuts = tied_cuts(side)
+    if not cuts:
+        return verdict
+    outcome.waits_on.update(h for cut in cuts for h in cut.hashes)
+    outcome.reasons.append(f"N={n}: {_tie_text(cuts)}")
+    return INCONCLUSIVE
 
 
 def _fast_runs_short(results: Sequence[RunResult], picked: Sequence[RunResult], threshold: float) -> list[RunResult]:
