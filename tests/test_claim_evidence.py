@@ -39,7 +39,8 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     result = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--claim", "bound-8k", "--evidence",
                                  "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
     assert result.exit_code == 0, result.output
-    assert "1 reproduced, 0 not reproduced, 1 inconclusive" in result.stdout
+    assert "0 reproduced, 0 not reproduced, 2 inconclusive" in result.stdout  # Mamba-64 behind: not shown at 1024
+    assert "inconclusive: this scale stops short of the size the text names" in result.stdout
     assert "inconclusive: no evidence shipped" in result.stdout  # bound-8k has no file in this folder
     not_run = runner.invoke(app, ["reproduce", "--claim", "eq-ncp", "--evidence", "--scale", "cpu", "--evidence-dir",
                                   str(tmp_path / "evidence")], terminal_width=300)
@@ -55,8 +56,8 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     from_env = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
                                    str(tmp_path / "evidence")], env={"SEPBENCH_STORE": str(yours.path)}, terminal_width=300)
     assert from_env.exit_code == 0 and "yours: 0 reproduced, 1 not reproduced" in from_env.stdout, from_env.output
-    row = next(line for line in beside.stdout.splitlines() if line.startswith(f"│ {CLAIM}") and "not reproduced" in line)
-    assert "reproduced" in row.split("│")[2] and "not reproduced" in row.split("│")[3]
+    row = next(line for line in beside.stdout.splitlines() if line.startswith(f"│ {CLAIM}"))
+    assert "inconclusive" in row.split("│")[2] and "not" in row.split("│")[3]  # "not reproduced", folded
     assert "yours: 0 reproduced, 1 not reproduced, 0 inconclusive" in beside.stdout
 
 

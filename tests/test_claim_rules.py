@@ -33,8 +33,13 @@ def _run(cfg, points, status="completed"):
                      steps=points[-1][0], wall_seconds=1.0)
 
 
-def _evaluate(tmp_path, claim_id, make_run):
+def _evaluate(tmp_path, claim_id, make_run, two_sided=False):
+    """The claim's quick-scale verdicts on runs ``make_run`` builds; ``two_sided`` judges its conditions as if the
+    quick grid reached the sizes the text names (no ``one_sided`` gate), to test a rule on a claim that has one."""
     (claim,) = select(None, claim_id)
+    if two_sided:
+        claim = claim.model_copy(update={"conditions": [c.model_copy(update={"one_sided": None})
+                                                        for c in claim.conditions]})
     configs = claim.configs("quick", EVAL)
     store = Store(tmp_path / "s.db")
     for cfg in configs:
@@ -110,10 +115,27 @@ def test_a_compare_waits_on_its_losing_side_still_rising_toward_the_margin(tmp_p
         return _run(cfg, [(s, 0.2 + 0.05 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)]
                     if mamba_rises else [(s, 0.2, 2.0) for s in STEPS])
 
-    _, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
+    _, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make, two_sided=True)
     assert outcome.verdict == (INCONCLUSIVE if mamba_rises else REPRODUCED), outcome.reasons
     if mamba_rises:  # Mamba at 0.45 must stay below 0.99 - 0.3
         assert any("on the side that must stay below 0.69" in r for r in outcome.reasons), outcome.reasons
+
+
+@pytest.mark.parametrize("mamba, verdict", [(0.2, INCONCLUSIVE), (0.9, NOT_REPRODUCED)])
+def test_a_grid_short_of_the_texts_width_decides_only_the_verdict_it_can_show(tmp_path, mamba, verdict):
+    """L886 is about Mamba at width 1024; the quick grid ends at 64. Mamba far behind at 64 does not show it far
+    behind at 1024 (its accuracy rises with width), but Mamba close at 64 is close at 1024 too."""
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        return _run(cfg, [(s, mamba, 2.0) for s in STEPS])
+
+    claim, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
+    assert outcome.verdict == verdict, outcome.reasons
+    if verdict == INCONCLUSIVE:
+        assert any("short of the text's 1024" in r for r in outcome.reasons), outcome.reasons
+        assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [outcome]).label == (
+            "inconclusive: this scale stops short of the size the text names")
 
 
 LONG = [250 * k for k in range(1, 17)]
@@ -175,7 +197,7 @@ def test_a_compare_below_waits_on_its_a_side_still_rising_toward_b_plus_the_marg
             return _run(cfg, [(s, 0.03 + max(0, s - 2750) / 25000, 4.0 - max(0, s - 2750) / 1000) for s in LONG])
         return _run(cfg, [(s, 0.02, 4.1) for s in LONG])
 
-    _, (_, no_gain, _) = _evaluate(tmp_path, "mamba-width", make)
+    _, (_, no_gain, _) = _evaluate(tmp_path, "mamba-width", make, two_sided=True)
     assert no_gain.verdict == (INCONCLUSIVE if wide_rises else REPRODUCED), no_gain.reasons
     if wide_rises:
         assert any("on the side that must stay below 0.12" in r for r in no_gain.reasons), no_gain.reasons
@@ -270,7 +292,7 @@ def test_a_level_with_seeds_needed_asks_k_of_the_seeds_of_its_worst_member(tmp_p
             cfg.model.name, (0.95, 0.95, 0.95))[cfg.seed]
         return _run(cfg, [(s, accuracy, 0.2) for s in STEPS])
 
-    _, (outcome,) = _evaluate(tmp_path, "yang-arithmetic-512", make)
+    _, (outcome,) = _evaluate(tmp_path, "yang-arithmetic-512", make, two_sided=True)
     assert outcome.verdict == verdict, outcome.reasons
     if verdict == NOT_REPRODUCED:
         assert all("sparse_transformer-(3, 96)" in e for e in outcome.evidence), outcome.evidence

@@ -114,10 +114,20 @@ class SpecRef(StrictModel):
         return spec.model_copy(update=update).forcing(overrides or {})
 
 
+class OneSided(StrictModel):
+    """At ``scales`` whose grid stops short of the size the text names (a width of 1024 where the grid ends at 128),
+    only one verdict follows from the runs: the other is left inconclusive, saying ``why``."""
+
+    scales: list[Literal["quick", "cpu", "paper"]] = Field(min_length=1)
+    decides: Literal["reproduced", "not reproduced"]
+    why: str = Field(description="which size the scale lacks, and why its runs can show only ``decides``")
+
+
 class ConditionBase(StrictModel):
     text: str = Field(description="what must hold, in words")
     lengths: Any = Field(None, description="task sizes N where it must hold (a list, or {quick: [...], cpu: [...], "
                                            "paper: [...]})")
+    one_sided: OneSided | None = Field(None, description="scales that can decide it only one way")
 
     def lengths_at(self, scale: str) -> list[int] | None:
         value = scaled(self.lengths, scale)

@@ -57,13 +57,14 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from sepbench.claims.catalogue import (Claim, Compare, FixedWidth, FlopsOrder, GrowthOrder, Level, MinWidthGrowth,
-                                       MinWidthOrder, Rate, group_at)
+from sepbench.claims.catalogue import (Claim, Compare, ConditionBase, FixedWidth, FlopsOrder, GrowthOrder, Level,
+                                       MinWidthGrowth, MinWidthOrder, Rate, group_at)
 from sepbench.claims.groups import final_accuracy, gaps, group_label, group_point, mean_of, member_name, slots_of
 from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
-from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE, STOPPED_EARLY,
-                                      Outcome, Point, combine, compare_verdict, level_verdict)
+from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE,
+                                      SHORT_OF_THE_TEXT, STOPPED_EARLY, Outcome, Point, combine, compare_verdict,
+                                      level_verdict)
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED, stopped_early
@@ -422,4 +423,15 @@ def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], result
             outcomes.append(flops_order(condition, scale, configs, results))
         else:
             outcomes.append(Outcome(condition.text, INCONCLUSIVE, reasons=[f"{condition.kind} needs a theory series"]))
+        _one_sided(outcomes[-1], condition, scale)
     return outcomes
+
+
+def _one_sided(outcome: Outcome, condition: ConditionBase, scale: str) -> None:
+    """Leave inconclusive the verdict a scale short of the text's size cannot reach (``OneSided``)."""
+    side = getattr(condition, "one_sided", None)
+    if side is None or scale not in side.scales or outcome.verdict in (side.decides, INCONCLUSIVE):
+        return
+    outcome.reasons.append(f"the {scale} scale {SHORT_OF_THE_TEXT}: {side.why}; its runs read "
+                           f"{outcome.verdict}, which only the text's size decides")
+    outcome.verdict = INCONCLUSIVE

@@ -23,6 +23,7 @@ TOO_FEW_EVALUATIONS = "too few evaluations to tell"
 RUNS_MISSING = "missing (no result to judge)"
 STOPPED_EARLY = "stopped early at"
 GRID_BOTTOM_TIE = "a tie that only narrower widths can order, whatever the budget"
+SHORT_OF_THE_TEXT = "stops short of the size the text names"
 INF = math.inf
 
 
@@ -119,6 +120,8 @@ class ClaimVerdict:
             return f"{INCONCLUSIVE}: {SEEDS_STRADDLE} the line, no deciding run still learning"
         if any(GRID_BOTTOM_TIE in reason for reason in reasons):
             return f"{INCONCLUSIVE}: tied at the grid's smallest width, which no budget orders"
+        if any(SHORT_OF_THE_TEXT in reason for reason in reasons):
+            return f"{INCONCLUSIVE}: this scale {SHORT_OF_THE_TEXT}"
         return self.verdict
 
 
