@@ -33,6 +33,20 @@ def test_run_stored_refuses_a_run_that_cannot_fit_before_training(tmp_path, monk
     assert store.config_hashes() == set()
 
 
+def test_a_run_that_crashes_is_stored_failed_and_its_error_propagates(tmp_path, monkeypatch):
+    import importlib
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("boom in a kernel")
+
+    monkeypatch.setattr(importlib.import_module("sepbench.train"), "train", crash)  # the package, not its function
+    store, cfg = Store(tmp_path / "runs.db"), RunConfig.build(TINY)
+    with pytest.raises(RuntimeError, match="boom in a kernel"):
+        run_stored(cfg, store)
+    stored = store.get(cfg.config_hash())
+    assert stored.status == "failed" and stored.error == "RuntimeError: boom in a kernel"
+
+
 @pytest.mark.parametrize("code, expected", [
     ("from sepbench.config import TaskConfig; print(TaskConfig(name='dyck', length=8).name)", "dyck"),
     ("from sepbench.registry import MODELS; print('lstm' in MODELS, MODELS.names()[0])", "True transformer"),

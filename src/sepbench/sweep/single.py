@@ -24,7 +24,7 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
     train it, checkpointing beside the store (resuming a checkpoint found there), and store the result.
 
     A run that cannot fit in memory is a ConfigError before training; one that runs out of memory while training
-    is stored as failed. Within ``stopping_runs_on(SIGINT)``, Ctrl-C saves a checkpoint and raises
+    is stored as failed, and one that crashes otherwise is stored as failed before its error propagates. Within ``stopping_runs_on(SIGINT)``, Ctrl-C saves a checkpoint and raises
     KeyboardInterrupt, storing nothing.
     """
     from sepbench.train import train
@@ -42,9 +42,10 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
         raise ConfigError(str(problem)) from None
     try:
         result = train(config, progress=progress, keeping=Keeping.beside(store))
-    except Exception as problem:  # noqa: BLE001 - an allocation failure is this run's result, stored as failed
+    except Exception as problem:  # noqa: BLE001 - a crash is this run's result, stored as failed
         if not is_out_of_memory(problem):
-            raise
+            store.put(failed_result(config, problem))
+            raise  # with its traceback: a crash that is not an allocation failure is a bug to report
         result = failed_result(config, problem, "out of memory")
     store.put(result)
     return StoredRun(result)
