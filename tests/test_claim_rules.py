@@ -338,6 +338,21 @@ def test_the_worst_member_is_the_one_whose_seeds_decide_not_the_lowest_mean(tmp_
     assert worst.verdict == verdict and decides in worst.evidence[0], (worst.evidence, worst.reasons)
 
 
+def test_a_wider_width_still_learning_where_a_narrower_one_solves_does_not_make_the_claim_wait(tmp_path):
+    """Every model solves every size at widths 32 and 64; width 96 is short and rising. Whatever 96 does, the
+    smallest solving width stays {below the grid, 32} on both sides: a tie only a narrower grid can order."""
+    def make(cfg):
+        if cfg.model.width < 96:
+            return _run(cfg, [(250, 0.5, 0.6), (500, 0.95, 0.1)], status="solved")
+        return _run(cfg, [(s, 0.2 + 0.2 * k, 1.0 - 0.2 * k) for k, s in enumerate((500, 1000, 1500, 2000))])
+
+    claim, outcomes = _evaluate(tmp_path, "yang-efficient-larger", make)
+    assert all(o.verdict == INCONCLUSIVE for o in outcomes)
+    assert not any("still learning" in r for o in outcomes for r in o.reasons), [o.reasons for o in outcomes]
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, outcomes).label == (
+        "inconclusive: tied at the grid's smallest width, which no budget orders")
+
+
 def test_seeds_needed_is_for_a_level_that_must_be_reached():
     from pydantic import ValidationError
 

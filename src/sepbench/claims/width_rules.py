@@ -65,6 +65,8 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
     for r in results:
         by_cell.setdefault(cell_key(r.config), []).append(r)
     verdicts, why = list(cells.verdict), list(cells.reason)
+    solved = cells[cells.verdict == "solved"]
+    narrowest_solved = solved.groupby(["member", "length", "layers"]).width.min().to_dict() if len(solved) else {}
     for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
         if verdict in ("solved", "unsolved") and cell in gaps and len(rates[cell]) > 1:
             verdicts[i] = "undecided"
@@ -72,6 +74,9 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
             continue
         if verdict != "unsolved":
             continue
+        row = cells.iloc[i]
+        if row.width > narrowest_solved.get((row.member, row.length, row.layers), INF):
+            continue  # a narrower width solves: whether this one would moves no smallest solving width
         runs = [r for r in by_cell[cell] if r.config.train.lr == best_lr]
         cell_rule = rule.for_cell(runs[0].config.train.threshold)
         short = [r for r in runs if not r.metrics.get("accuracy", 0.0) >= cell_rule.threshold]
