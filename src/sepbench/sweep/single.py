@@ -24,7 +24,8 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
     train it, checkpointing beside the store (resuming a checkpoint found there), and store the result.
 
     A run that cannot fit in memory is a ConfigError before training; one that runs out of memory while training
-    is stored as failed, and one that crashes otherwise is stored as failed before its error propagates. Within ``stopping_runs_on(SIGINT)``, Ctrl-C saves a checkpoint and raises
+    is stored as failed, and one that crashes otherwise (not a ValueError, which names a setting this machine
+    cannot run) is stored as failed before its error propagates. Within ``stopping_runs_on(SIGINT)``, Ctrl-C saves a checkpoint and raises
     KeyboardInterrupt, storing nothing.
     """
     from sepbench.train import train
@@ -42,6 +43,8 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
         raise ConfigError(str(problem)) from None
     try:
         result = train(config, progress=progress, keeping=Keeping.beside(store))
+    except ValueError:  # a setting this machine cannot run (a kernel it lacks): bad input, nothing stored
+        raise
     except Exception as problem:  # noqa: BLE001 - a crash is this run's result, stored as failed
         if not is_out_of_memory(problem):
             store.put(failed_result(config, problem))
