@@ -306,7 +306,8 @@ def test_a_rate_claim_waits_on_a_transformer_rate_the_search_cut_on_a_tie(tmp_pa
             return _run(cfg, [(s, 0.1, 3.0) for s in range(250, 2750, 250)])
         if cfg.train.lr == 0.005:
             return _run(cfg, [(250, 0.5, 0.7), (500, 0.5, 0.7)], status="pruned")
-        return _run(cfg, [(s, 0.5, 0.7) for s in range(250, 1250, 250)] + [(s, 0.9, 0.3) for s in range(1250, 2750, 250)])
+        return _run(cfg, [(s, 0.5, 0.7) for s in range(250, 1250, 250)]
+                    + [(s, 0.9, 0.3) for s in range(1250, 2750, 250)])
 
     _, (_, rate) = _evaluate(tmp_path / "fast", "il-tf-vs-recurrent", make)
     assert rate.verdict == INCONCLUSIVE, (rate.evidence, rate.reasons)

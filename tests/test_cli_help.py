@@ -79,4 +79,5 @@ def test_the_console_script_exits_as_its_command_does(monkeypatch, capsys):
             main()
         assert stop.value.code == code, args
     printed = capsys.readouterr()
-    assert printed.out.count("Usage: ") == 1 and printed.err == "error: --length expects an even task size >= 2, got 0\n"
+    assert printed.out.count("Usage: ") == 1
+    assert printed.err == "error: --length expects an even task size >= 2, got 0\n"

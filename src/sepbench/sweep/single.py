@@ -25,8 +25,8 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
 
     A run that cannot fit in memory is a ConfigError before training; one that runs out of memory while training
     is stored as failed, and one that crashes otherwise (not a ValueError, which names a setting this machine
-    cannot run) is stored as failed before its error propagates. Within ``stopping_runs_on(SIGINT)``, Ctrl-C saves a checkpoint and raises
-    KeyboardInterrupt, storing nothing.
+    cannot run) is stored as failed before its error propagates. Within ``stopping_runs_on(SIGINT)``, Ctrl-C
+    saves a checkpoint and raises KeyboardInterrupt, storing nothing.
     """
     from sepbench.train import train
     from sepbench.train.environment import code_version, resolve_device
