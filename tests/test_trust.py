@@ -67,6 +67,57 @@ def test_an_unreadable_row_is_left_out_and_named_not_a_crash(tmp_path):
     assert [key for key, _ in store.unreadable] == [bad.config_hash()]
 
 
+UNREADABLE_SPEC = """
+name: unreadable
+base: {task: {name: index_lookup, length: 12}, model: {name: transformer, layers: 1}, device: cpu,
+       train: {steps: 10, eval_every: 10, eval_samples: 50}}
+grid: {model.width: [8, 16]}
+"""
+
+
+def spoil(store: Store, config_hash: str, text: str) -> None:
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE runs SET result = ? WHERE config_hash = ?", (text, config_hash))
+
+
+def test_a_sweep_trains_again_a_stored_row_it_cannot_read_and_says_so(store_path, tmp_path):
+    spec = tmp_path / "unreadable.yaml"
+    spec.write_text(UNREADABLE_SPEC)
+    assert runner.invoke(app, ["sweep", str(spec)]).exit_code == 0
+    store = Store(store_path)
+    damaged, other = sorted(store.config_hashes())
+    spoil(store, damaged, '{"config": {"task"')
+    row = json.loads(store.get(other).model_dump_json())
+    spoil(store, other, json.dumps({**row, "code_version": "older", "status": "half-done"}))
+    again = runner.invoke(app, ["sweep", str(spec)])
+    assert again.exit_code == 0, again.output
+    assert "0 already in" in again.stdout and "2 to train" in again.stdout
+    assert "2 stored runs cannot be read by this code" in again.stderr
+    assert {r.config_hash for r in store.results()} == {damaged, other} and store.unreadable == []
+    settled = runner.invoke(app, ["sweep", str(spec)])
+    assert "2 already in" in settled.stdout and "cannot be read" not in settled.stderr
+
+
+def test_a_row_from_this_code_is_planned_without_reading_it_whole(tmp_path):
+    store = Store(tmp_path / "s.db")
+    cfg = RunConfig.build({"device": "cpu"})
+    store.put(RunResult(config=cfg, config_hash=cfg.config_hash(), status="completed", code_version=code_version()))
+    assert plan([cfg], store).todo == [] and plan([cfg], store).unreadable == {}
+    spoil(store, cfg.config_hash(), "not json")
+    assert plan([cfg], store).todo == [cfg] and "JSONDecodeError" in plan([cfg], store).unreadable[cfg.config_hash()]
+
+
+def test_run_trains_again_a_stored_row_it_cannot_read(store_path):
+    assert runner.invoke(app, ["run", *TINY]).exit_code == 0
+    store = Store(store_path)
+    (key,) = store.config_hashes()
+    spoil(store, key, "{")
+    again = runner.invoke(app, ["run", *TINY])
+    assert again.exit_code == 0, again.output
+    assert f"stored run {key} cannot be read: Invalid JSON" in again.stderr and "trained again" in again.stderr
+    assert store.get(key).status in ("completed", "solved")
+
+
 def test_a_diverged_run_leaves_rerun_results_report_and_minwidth_working(store_path, tmp_path):
     diverging = ["run", *TINY, "--lr", "1e9"]
     first = runner.invoke(app, diverging)

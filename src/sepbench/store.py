@@ -108,6 +108,10 @@ class StoreError(ValueError):
     """The store cannot be read or written; the message is one line naming the path and the problem."""
 
 
+class UnreadableRun(StoreError):
+    """A stored row this code cannot read: damaged, or written by code whose results have another shape."""
+
+
 class Store:
     """Runs on disk. Each ``put`` is one transaction, so a killed writer never leaves half a row."""
 
@@ -265,8 +269,10 @@ class Store:
             row = conn.execute("SELECT result FROM runs WHERE config_hash = ?", (config_hash,)).fetchone()
         return self._read(config_hash, row[0]) if row else None
 
-    def stored(self) -> dict[str, tuple[str, str, str | None]]:
-        """Per stored config hash: (status, code version, error), read without parsing the full results."""
+    def stored(self, current: str | None = None) -> dict[str, tuple[str, str, str | None]]:
+        """Per stored config hash: (status, code version, error), read without parsing the full results, except
+        those of rows stored by other code than ``current`` (a code version). A row that cannot be read has status
+        ``"unreadable"`` and its reason as error: it holds no result to reuse."""
         if not self.path.exists():
             return {}
         with self._connect() as conn:
@@ -275,9 +281,15 @@ class Store:
         for key, status, text in rows:
             try:
                 data = json.loads(text)  # Python's json reads the NaN / Infinity that SQLite's json_extract refuses
-            except ValueError:
-                data = {}
-            found[key] = (status, data.get("code_version") or "", data.get("error"))
+                version = data.get("code_version") or ""
+                if current is not None and version != current:
+                    RunResult.model_validate_json(text)
+            except ValidationError as error:
+                found[key] = ("unreadable", version, _first_problem(error))
+            except (ValueError, AttributeError) as error:
+                found[key] = ("unreadable", "", f"not a stored result ({type(error).__name__})")
+            else:
+                found[key] = (status, version, data.get("error"))
         return found
 
     def results(self, **where: Any) -> list[RunResult]:
@@ -301,12 +313,19 @@ class Store:
                 self.unreadable.append((config_hash, _first_problem(error)))
         return found
 
+    def get_readable(self, config_hash: str) -> RunResult | None:
+        """The stored run, or None where there is none or its row cannot be read (``UnreadableRun``)."""
+        try:
+            return self.get(config_hash)
+        except UnreadableRun:
+            return None
+
     @staticmethod
     def _read(config_hash: str, text: str) -> RunResult:
         try:
             return RunResult.model_validate_json(text)
         except ValidationError as error:
-            raise StoreError(f"stored run {config_hash} cannot be read: {_first_problem(error)}") from None
+            raise UnreadableRun(f"stored run {config_hash} cannot be read: {_first_problem(error)}") from None
 
     def config_hashes(self) -> set[str]:
         """The config hash of every stored run."""
@@ -391,4 +410,5 @@ def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
 
 def _first_problem(error: ValidationError) -> str:
     first = error.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]

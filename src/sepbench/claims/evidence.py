@@ -64,7 +64,7 @@ def records(claim: Claim, scale: str, store: Store, overrides: dict[str, Any] | 
     found = []
     for cfg in claim.configs(scale, overrides):
         config_hash = cfg.config_hash()
-        result, before = store.get(config_hash), shipped.get(config_hash)
+        result, before = store.get_readable(config_hash), shipped.get(config_hash)
         if result is not None and not (result.status in UNFINISHED and before is not None
                                        and before["run"].get("status") not in UNFINISHED):
             found.append({"kind": "run", "run": json.loads(result.model_dump_json())})
@@ -129,8 +129,11 @@ def load(claims: Sequence[Claim], scale: str, root: Path, store: Store, keep_sto
 
 
 def _finished_or_not(store: Store) -> dict[str, bool]:
-    """Per stored config hash, whether that run finished (neither failed nor cut by a search)."""
-    return {h: status not in UNFINISHED for h, (status, *_) in store.stored().items()}
+    """Per stored config hash, whether that run finished (neither failed nor cut by a search, and readable)."""
+    from sepbench.train.environment import code_version
+
+    stored = store.stored(code_version())
+    return {h: status not in (*UNFINISHED, "unreadable") for h, (status, *_) in stored.items()}
 
 
 def _checked(line: str, where: str) -> RunResult | dict[str, Any]:

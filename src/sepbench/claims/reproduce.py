@@ -37,6 +37,8 @@ class ClaimPlan:
     trains the first rates of them, then plans again, as the rest may no longer count."""
     stale_kept: int = 0
     """Stored runs reused that other code trained (``code_version`` differs): they count as current."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Config hash -> reason of stored rows this code cannot read, in ``todo`` to train again."""
 
     @property
     def shares(self) -> dict[str, float]:
@@ -82,7 +84,8 @@ def plan_claim(claim: Claim, scale: str, store: Store, overrides: dict[str, Any]
     ordered = sorted((cfg for cfg in configs if cfg.config_hash() in todo),
                      key=lambda cfg: rank.get(cfg.config_hash(), len(rank)))
     return ClaimPlan(claim, configs, ordered, len(by_grid.failed_kept) + len(by_halving.failed_kept), scale,
-                     searches, settled, groups[0] if groups else [], by_grid.stale_kept + by_halving.stale_kept)
+                     searches, settled, groups[0] if groups else [], by_grid.stale_kept + by_halving.stale_kept,
+                     {**by_grid.unreadable, **by_halving.unreadable})
 
 
 def waited_on(claim: Claim, scale: str, configs: Sequence[RunConfig], store: Store) -> list[list[str]]:

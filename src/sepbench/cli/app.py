@@ -67,6 +67,16 @@ def warn_unreadable(store: Store) -> None:
         warn(f"warning: stored run {key} cannot be read and is left out ({reason})")
 
 
+def warn_unreadable_rows(unreadable: dict[str, str]) -> None:
+    """One note for the stored rows (config hash -> reason) a plan trains again because this code cannot read them."""
+    if unreadable:
+        key, reason = next(iter(unreadable.items()))
+        more = f" and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        again = "they are trained again and their rows replaced" if more else "it is trained again and its row replaced"
+        warn(f"note: {counted(len(unreadable), 'stored run')} cannot be read by this code (run {key}: {reason}"
+             f"{more}); {again}")
+
+
 def warn_stopped_short(results: Sequence[RunResult], threshold: float | None, option: str) -> None:
     """One warning line when runs stopped early below ``threshold`` (given as ``option``) and so read unsolved
     at it for their own settings."""

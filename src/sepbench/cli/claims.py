@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sepbench.cli.app import bad_input_exits, err, interrupted, narrowest, out, print_whole, say, warn
+from sepbench.cli.app import (bad_input_exits, err, interrupted, narrowest, out, print_whole, say, warn,
+                              warn_unreadable_rows)
 from sepbench.cli.options import (
     checkpoints_option, group_size_option, require_folder, retry_failed_option, store_option, tensorboard_option,
     use_folders,
@@ -122,6 +123,7 @@ def reproduce(
                  if not list_only else [])
         if not dry_run:
             require_devices(cfg.device for p in plans for cfg in p.todo)
+    warn_unreadable_rows({h: reason for p in plans for h, reason in p.unreadable.items()})
     stale = sum(p.stale_kept for p in plans)
     if stale:
         warn(f"note: {counted(stale, 'stored run')} of these claims came from other code than this one; they count "

@@ -83,6 +83,8 @@ def run(
     except ValueError as problem:
         warn(f"error: {problem}")
         raise typer.Exit(BAD_INPUT) from None
+    if ran.replaced:
+        warn(f"note: {ran.replaced}; it was trained again and its row replaced")
     if ran.reused:
         warn(f"config {key} is already in {db.path}; showing the stored run (use --force to train again)")
         if ran.stale:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.table import Table
 
-from sepbench.cli.app import bad_input_exits, err, exit_on_failures, interrupted, print_whole, say, warn
+from sepbench.cli.app import (bad_input_exits, err, exit_on_failures, interrupted, print_whole, say, warn,
+                              warn_unreadable_rows)
 from sepbench.cli.options import (
     base_config, checkpoints_option, data_cache_option, group_size_option, packaged_config, parse_ints, parse_lrs,
     retry_failed_option, store_option, tensorboard_option, use_folders,
@@ -121,6 +122,7 @@ def _say_plan(planned: SpecPlan, db: Store, backend: SweepBackend, workers: int)
     if todo.failed_kept:
         warn(f"note: {counted(len(todo.failed_kept), 'stored run')} failed and not retried "
              "(--retry-failed trains them again)")
+    warn_unreadable_rows(todo.unreadable)
 
 
 class LrSearch(str, Enum):

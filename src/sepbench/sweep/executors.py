@@ -53,6 +53,8 @@ class Plan:
     """config hash -> error of stored failed runs that are not retried"""
     stale_kept: int = 0
     """reused runs that were stored by other code (``code_version`` differs)"""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """config hash -> reason of stored rows this code cannot read: they hold no result, so they train again"""
 
 
 def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), halving: bool = False) -> Plan:
@@ -60,7 +62,8 @@ def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), hal
     halving search pruned answers only another halving search (``halving``)."""
     from sepbench.train.environment import code_version
 
-    stored, current = store.stored(), code_version()
+    current = code_version()
+    stored = store.stored(current)
     outcome = Plan(todo=[])
     for cfg in configs:
         found = stored.get(cfg.config_hash())
@@ -68,6 +71,10 @@ def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), hal
             outcome.todo.append(cfg)
             continue
         status, version, error = found
+        if status == "unreadable":
+            outcome.unreadable[cfg.config_hash()] = error or "unreadable"
+            outcome.todo.append(cfg)
+            continue
         retrain = (status == "failed" and reuse.retry_failed) or (version != current and reuse.retrain_stale)
         if retrain or (status == "pruned" and not halving):
             outcome.todo.append(cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sepbench.config import ConfigError, RunConfig
-from sepbench.store import Store
+from sepbench.store import Store, UnreadableRun
 from sepbench.sweep.runner import failed_result
 from sepbench.train.result import RunResult
 
@@ -16,12 +16,15 @@ class StoredRun:
     result: RunResult
     reused: bool = False
     stale: bool = False
+    replaced: str | None = None
+    """why the stored row this run replaced could not be read (``UnreadableRun``); None if there was none"""
 
 
 def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_stale: bool = False,
                progress: bool | None = None) -> StoredRun:
-    """The stored result of ``config``, unless ``force`` (or ``retrain_stale`` and other code stored it); else
-    train it, checkpointing beside the store (resuming a checkpoint found there), and store the result.
+    """The stored result of ``config``, unless ``force`` (or ``retrain_stale`` and other code stored it, or its
+    row cannot be read); else train it, checkpointing beside the store (resuming a checkpoint found there), and
+    store the result.
 
     A run that cannot fit in memory is a ConfigError before training; one that runs out of memory while training
     is stored as failed, and one that crashes otherwise (not a ValueError, which names a setting this machine
@@ -33,7 +36,11 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
     from sepbench.train.keeping import Keeping
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
-    cached = None if force else store.get(config.config_hash())
+    replaced = None
+    try:
+        cached = None if force else store.get(config.config_hash())
+    except UnreadableRun as problem:
+        cached, replaced = None, str(problem)
     stale = cached is not None and cached.code_version != code_version()
     if cached is not None and not (stale and retrain_stale):
         return StoredRun(cached, reused=True, stale=stale)
@@ -51,4 +58,4 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
             raise  # with its traceback: a crash that is not an allocation failure is a bug to report
         result = failed_result(config, problem, "out of memory")
     store.put(result)
-    return StoredRun(result)
+    return StoredRun(result, replaced=replaced)

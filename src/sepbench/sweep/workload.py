@@ -79,7 +79,7 @@ def workload(todo: Sequence[RunConfig], store: Store, searched: Sequence[tuple[R
         if not runs:
             continue
         planned = sum(shares[cfg.config_hash()] * cfg.train.steps for cfg in cell)
-        stored = [store.get(cfg.config_hash()) for cfg in cell if cfg.config_hash() not in waiting]
+        stored = [store.get_readable(cfg.config_hash()) for cfg in cell if cfg.config_hash() not in waiting]
         trained = sum(r.steps for r in stored if r is not None) + sum(resumed[h] for h in runs)
         cells.append(Cell(runs, max(planned - trained, 0.0)))
         in_searches.update(runs)
@@ -99,7 +99,7 @@ def resumed_at(todo: Sequence[RunConfig], store: Store) -> dict[str, int]:
         h = cfg.config_hash()
         step = 0
         if cfg.train.checkpoint_every > 0 and (store.checkpoints / f"{h}.pt").exists():
-            lost = store.get(h) if h not in running else None
+            lost = store.get_readable(h) if h not in running else None
             step = running.get(h) or (lost.curve[-1].step if lost is not None and lost.curve else 0)
         found[h] = step
     return found
