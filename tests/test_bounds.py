@@ -115,3 +115,6 @@ def test_thm4_protocol_refuses_what_it_does_not_cover():
         partition_protocol(_random_model("transformer", 1, 8), tokens, torch.tensor([True] * 4 + [False]))
     with pytest.raises(ValueError, match="one-layer softmax"):
         partition_protocol(_random_model("transformer", 2, 8), tokens, torch.ones(5, dtype=torch.bool))
+    for attention in ("linear_transformer", "sparse_transformer"):  # their scores are not Thm 4's softmax sums
+        with pytest.raises(ValueError, match=r"one-layer softmax Transformers, not 1 layer\(s\) of (Linear|Sparse)"):
+            partition_protocol(_random_model(attention, 1, 8), tokens, torch.ones(5, dtype=torch.bool))

@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from sepbench import RunConfig, Store
-from sepbench.sweep import SweepSpec, run_sweep
+from sepbench.sweep import SweepSpec, run_stored, run_sweep
 from sepbench.sweep.halving import run_halving
 from sepbench.train import checkpoint, train
 from sepbench.train.group import train_group
@@ -217,6 +217,36 @@ def test_a_stop_during_the_final_evaluation_keeps_the_training_done(tmp_path, mo
     resumed = Trainer(cfg, Keeping(tmp_path))
     assert resumed.result.steps == cfg.train.steps
     assert outcome(resumed.run(progress=False)) == outcome(train(cfg, progress=False))
+
+
+class KilledWhileStoring(BaseException):
+    """Stands for a kill between the end of training and the store's commit."""
+
+
+@pytest.mark.parametrize("path", ["run", "sweep"])
+def test_a_run_killed_before_its_result_is_stored_resumes_finished_from_its_checkpoint(tmp_path, monkeypatch, path):
+    cfg = config(checkpoint_every=300)  # no save falls due while it trains: only the finish keeps the training
+    store = Store(tmp_path / "runs.db")
+
+    def store_it() -> None:
+        if path == "run":
+            run_stored(cfg, store, progress=False)
+        else:
+            run_sweep([cfg], store)
+
+    def killed(self, result):
+        raise KilledWhileStoring
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Store, "put", killed)
+        with pytest.raises(KilledWhileStoring):
+            store_it()
+    assert not store.has(cfg.config_hash())
+    store_it()
+    result = store.get(cfg.config_hash())
+    assert result.resumed_from == [cfg.train.steps]
+    assert outcome(result) == outcome(train(cfg, progress=False))
+    assert not list(store.checkpoints.glob("*.pt"))
 
 
 def test_a_resumed_run_counts_the_cpu_seconds_of_both_stretches(tmp_path):

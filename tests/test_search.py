@@ -138,11 +138,14 @@ def test_min_flops_picks_the_cheapest_solving_size():
     assert row["paper_gflops"] == pytest.approx((tokens + 2) * (2 * 1 * 12 * 16**2 + 1.4e4) / 1e9)  # Table 2
 
 
-@pytest.mark.parametrize("size, width, gflops", [(10, 128, 0.266), (16, 128, 0.605)])
-def test_the_paper_s_flops_of_a_cot_run_are_table_2_s_at_its_cot_length(size, width, gflops):
-    """Yang et al. 2024, Table 2: TF-(3, 128) on Arithmetic with 10 and 16 operators (CoT lengths 221 and 505)."""
+@pytest.mark.parametrize("size, model, width, gflops", [
+    (10, "transformer", 128, 0.266), (16, "transformer", 128, 0.605), (6, "transformer", 64, 0.027),
+    (6, "sparse_transformer", 128, 0.106), (10, "sparse_transformer", 256, 1.055)])
+def test_the_paper_s_flops_of_a_cot_run_are_table_2_s_at_its_cot_length(size, model, width, gflops):
+    """Yang et al. 2024, Table 2: 3-layer models on Arithmetic with 6, 10 and 16 operators (L = 87, 221, 505; at
+    n = 6 Table 2's L is 87, two past the longest CoT, which would give Sparse 0.104)."""
     cfg = RunConfig.build({"task": {"name": "arithmetic", "length": size},
-                           "model": {"name": "transformer", "width": width, "layers": 3}})
+                           "model": {"name": model, "width": width, "layers": 3}})
     assert round(estimate_paper_flops(cfg) / 1e9, 3) == gflops
 
 
@@ -286,6 +289,25 @@ def test_a_width_whose_runs_did_not_train_is_left_open_not_unsolved(tmp_path, st
     shown = runner.invoke(app, args, terminal_width=200)
     assert f"4:{status}" in shown.stdout and "8 (width 4 did not train: undetermined)" in shown.stdout, shown.output
     assert shown.exit_code == (1 if status == "failed" else 0)  # a diverged rate is a result: nothing to retry
+
+
+def test_a_width_whose_other_learning_rate_crashed_is_failed_alike_in_the_table_and_the_search(tmp_path):
+    """Width 4: lr 1e-3 trained to 0.3, lr 1e-2 crashed on every seed, which might have solved it. Neither the
+    table from stored runs nor the search may call width 4 unsolved, so 8 is not an exact smallest width."""
+    store = law_store(tmp_path / "s.db", {12: 8}, [8, 16])
+    for seed in range(3):
+        store.put(stored({"task.length": 12, "model.width": 4, "seed": seed}, 0.3))
+        store.put(not_trained({"task.length": 12, "model.width": 4, "seed": seed, "train.lr": 1e-2}, "failed", "boom"))
+    (cell,) = select_lr(store.results()).query("width == 4").to_dict("records")
+    assert (cell["verdict"], cell["failure"]) == ("failed", "failed") and cell["reason"] == "lr 0.01: 3 failed (boom)"
+    table = min_width_table(store.results()).set_index("length")
+    assert table.min_width[12] == 8 and not table.exact[12]
+    assert table.reason[12] == "at most 8: width 4 failed (lr 0.01: 3 failed (boom))"
+    lrs = [RunConfig.build(BASE).train.lr, 1e-2]
+    search = search_min_width(BASE, [12], [4, 8, 16], SolvedRule(), store, lrs=lrs)
+    assert search.smallest == {12: 8} and search.failed == {12: {4: "failed: boom"}}
+    run_once = [stored({"task.length": 12, "model.width": 4, "seed": s, "train.lr": 1e-2}, 0.3) for s in range(3)]
+    assert select_lr(run_once + store.results(status="completed")).query("width == 4").verdict.iloc[0] == "unsolved"
 
 
 def test_minwidth_judges_the_runs_it_trains_at_their_own_threshold(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sepbench import RunConfig, Store
-from sepbench.sweep import SweepSpec, run_sweep
+from sepbench.sweep import SweepSpec, failed_result, run_sweep
 from sepbench.train import RunResult
 from sepbench.wording import counted
 
@@ -290,13 +290,18 @@ def test_a_writer_killed_inside_put_leaves_no_partial_row(tmp_path):
     assert len(Store(path)) > 0
 
 
-def test_a_pool_worker_that_dies_fails_only_its_run_and_is_replaced(tmp_path):
+@pytest.mark.parametrize("retrained", [False, True], ids=["new run", "stored run trained again"])
+def test_a_pool_worker_that_dies_fails_only_its_run_and_is_replaced(tmp_path, retrained):
+    """Also where the run had a row already (``--retry-failed``, ``--force``): the dead worker's run is failed
+    anew, not reported as the older row."""
     from sepbench.sweep.pool import WorkerPool
 
     store = Store(tmp_path / "runs.db")
     base = {"task": {"length": 12}, "model": {"width": 8}, "train": {"eval_samples": 20, "batch_size": 16}, "device": "cpu"}
     short, long, after = (RunConfig.build({**base, "seed": seed, "train": {**base["train"], "steps": steps}})
                           for seed, steps in ((0, 20), (1, 100_000), (2, 20)))
+    if retrained:
+        store.put(failed_result(long, RuntimeError("an earlier crash")))
     killed, results = [], []
 
     def on_result(result: RunResult) -> None:

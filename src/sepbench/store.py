@@ -104,6 +104,13 @@ class Running:
         return process_alive(self.pid)
 
 
+
+def _hint(error: BaseException | None) -> str:
+    """What a user can do about an SQLite error, in brackets."""
+    if "locked" in str(error) or "busy" in str(error):
+        return " (another process held it for over a minute; try again once that process is done)"
+    return " (is it a sepbench SQLite store?)"
+
 class StoreError(ValueError):
     """The store cannot be read or written; the message is one line naming the path and the problem."""
 
@@ -184,7 +191,7 @@ class Store:
                 with self._read_only() as conn:
                     yield conn
         except sqlite3.DatabaseError as error:
-            raise StoreError(f"store {self.path} cannot be used: {error} (is it a sepbench SQLite store?)") from None
+            raise StoreError(f"store {self.path} cannot be used: {error}{_hint(error)}") from None
 
     @contextmanager
     def _read_only(self) -> Iterator[sqlite3.Connection]:
@@ -218,7 +225,7 @@ class Store:
         if pending:
             raise StoreError(f"store {self.path} is read-only here and its write-ahead log ({log.name}) cannot be read "
                              "without write access; copy both files to a folder you can write")
-        raise StoreError(f"store {self.path} cannot be read: {problem} (is it a sepbench SQLite store?)")
+        raise StoreError(f"store {self.path} cannot be read: {problem}{_hint(problem)}")
 
     def put(self, result: RunResult) -> None:
         cfg = result.config

@@ -68,7 +68,7 @@ def decided_cells(results: Sequence[RunResult], rule: SolvedRule, per: Sequence[
     solved = cells[cells.verdict == "solved"]
     narrowest_solved = solved.groupby(["member", "length", "layers"]).width.min().to_dict() if len(solved) else {}
     for i, (cell, verdict, best_lr) in enumerate(zip(cells.cell, cells.verdict, cells.best_lr)):
-        if verdict in ("solved", "unsolved") and cell in gaps and len(rates[cell]) > 1:
+        if verdict in ("solved", "unsolved", "failed") and cell in gaps and len(rates[cell]) > 1:
             verdicts[i] = "undecided"
             why[i] = f"{counted(len(gaps[cell]), 'run')} of {counted(len(rates[cell]), 'learning rate')} {RUNS_MISSING}"
             continue

@@ -13,6 +13,7 @@ from sepbench.cli.app import bad_input_exits, out, print_whole, warn, warn_stopp
 from sepbench.cli.options import checkpoints_option, require_folder, store_option
 from sepbench.config import ConfigError
 from sepbench.files import NotARegularFile, whole_target
+from sepbench.train.keeping import checkpoint_file
 from sepbench.wording import counted
 
 if TYPE_CHECKING:
@@ -135,9 +136,9 @@ def _discard(db: Store, hashes: list[str], folder: Path) -> None:
                               "checkpoint), then discard it")
     db.check_writable()
     chosen = list(dict.fromkeys(hashes))
-    kept = {key: (folder / f"{key}.pt").exists() for key in chosen}
+    kept = {key: checkpoint_file(folder, key).exists() for key in chosen}
     for key in chosen:
-        (folder / f"{key}.pt").unlink(missing_ok=True)
+        checkpoint_file(folder, key).unlink(missing_ok=True)
     db.discard_running(chosen)
     for key in chosen:
         entry = entries.get(key)

@@ -219,7 +219,7 @@ def minwidth(
             progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
                                      err, live=False, at_most=True)
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
-            with bad_input_exits():  # a stored run it cannot read
+            with bad_input_exits():  # a grid point whose config does not build
                 search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
                                           on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
                                           lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
@@ -230,6 +230,7 @@ def minwidth(
     depth = counted(cfg.model.layers, "layer")
     tuned = f"; best of {counted(len(grid_lrs), 'lr')} ({lr_search.value})" if grid_lrs else ""
     shown = rule.for_cell(cfg.train.threshold)
+    warn_unreadable_rows(search.unreadable)
     _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {shown}{tuned}", grid_widths,
                   resamples)
     say(f"trained {counted(search.trained, 'new run')} ({search.steps} steps); {counted(len(db), 'run')} in {db.path}")

@@ -10,6 +10,9 @@ from sepbench.models.backbone import build_model
 PAPER_LENGTHS = (87, 221, 355, 505)
 """Table 2's columns: the Arithmetic CoT lengths of Yang et al. 2024 (87 is Feng et al.'s maxlen at n = 6)."""
 
+PAPER_ARITHMETIC_LENGTHS = dict(zip((6, 10, 13, 16), PAPER_LENGTHS))
+"""Operator count n -> Table 2's L for it (at n = 6, 87 where the data's longest CoT is 85)."""
+
 PAPER_MIN_WIDTHS = {
     "transformer": (64, 128, 128, 128),
     "sparse_transformer": (128, 256, 256, 256),

@@ -62,8 +62,8 @@ def _render(figure: Figure) -> DrawnFigure:
 def flops_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
     """Models as rows, lengths as columns: the fewest GFLOPs of a solving size, as Yang et al. 2024, Table 2.
 
-    A length with no solving size says why: 'not solved' (some size is), 'undecided; ...' (no size is solved or
-    unsolved: seeds missing, or runs failed) or 'failed: ...' (every run of every size failed).
+    A length with no solving size says why: 'not solved' (every size is decided unsolved), 'undecided; ...' (some
+    size is neither: seeds missing, or runs failed) or 'failed: ...' (every run of every size failed).
     """
     best = min_flops_table(results, rule)
     cells = select_lr(results, rule)
@@ -80,13 +80,13 @@ def flops_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
 
 
 def _unsolved_cell(cells: pd.DataFrame) -> str:
+    """A length no size solves: 'not solved' only where every size is decided unsolved; a size undecided or
+    failed might have solved it."""
     if (cells.verdict == "failed").all():
         return "failed: " + "; ".join(sorted(set(cells.reason)))
-    if not (cells.verdict == "unsolved").any():
-        return f"undecided; {why_unsolved(cells)}"
-    if cells.verdict.isin(["undecided", "failed"]).any():
-        return f"not solved; {why_unsolved(cells)}"
-    return "not solved"
+    if (cells.verdict == "unsolved").all():
+        return "not solved"
+    return f"undecided; {why_unsolved(cells)}"
 
 
 def not_trained_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:

@@ -100,9 +100,11 @@ def unstored(configs: Iterable[RunConfig], store: Store) -> list[RunConfig]:
 def run_inline(configs: list[RunConfig], store: Store, on_result: OnResult, threads: int = 1) -> None:
     """One run after another in this process, on ``threads`` intra-op threads (no pool start-up; for one worker)."""
     with intra_op_threads(threads):
+        keeping = Keeping.beside(store)
         for cfg in configs:
-            result = execute(cfg, Keeping.beside(store))
+            result = execute(cfg, keeping)
             store.put(result)
+            keeping.stored(result)
             on_result(result)
 
 
@@ -138,6 +140,7 @@ def run_ray(configs: list[RunConfig], store: Store, on_result: OnResult, workers
                 except Exception as error:  # noqa: BLE001 - a lost worker fails only its run
                     result = lost_run(refs[ref], error, store)
                 store.put(result)
+                keeping.stored(result)
                 on_result(result)
     except BaseException:
         # Only a cluster's tasks outlive this process. A local instance's shutdown stops its workers, and
@@ -183,6 +186,8 @@ class SweepOutcome:
     skipped: int
     results: list[RunResult] = field(default_factory=list)
     seconds: float = 0.0
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """config hash -> reason of stored rows this code could not read, trained again"""
 
     @property
     def failed(self) -> list[RunResult]:
@@ -205,8 +210,9 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
     each). Ctrl-C stops the runs in flight and propagates as KeyboardInterrupt; the runs that finished before it
     stay stored.
     """
-    todo = pending(configs, store, reuse)
-    outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo))
+    planned = plan(configs, store, reuse)
+    todo = planned.todo
+    outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo), unreadable=planned.unreadable)
     start = time.perf_counter()
 
     def collect(result: RunResult) -> None:

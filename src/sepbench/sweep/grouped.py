@@ -8,7 +8,7 @@ from typing import Callable
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
-from sepbench.sweep.runner import Executor, OnResult, failed_result, lost_run, ray_keeping, start_ray
+from sepbench.sweep.runner import Executor, OnResult, RowsBefore, failed_result, lost_run, ray_keeping, start_ray
 from sepbench.train.environment import resolve_device
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
@@ -121,6 +121,7 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
     if not groups:
         return
     path = str(store.path.resolve())
+    before = RowsBefore([c for g in groups for c in g], store)  # read before any worker can store
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=executor_initializer,
                              initargs=(os.getpid(),)) as pool, stopped_on_interrupt(pool):
@@ -133,7 +134,8 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
                     results = [RunResult.model_validate_json(r) for r in future.result()]
                 except Exception as error:  # noqa: BLE001 - a group that raised, or lost to a broken pool
                     await_the_rest(pool, error)
-                    results = [lost_run(c, error, store) for c in futures[future] if not store.has(c.config_hash())]
+                    lost = [c for c in futures[future] if before.stored_since(c, store) is None]
+                    results = [lost_run(c, error, store) for c in lost]
                     for result in results:
                         store.put(result)
                 for result in results:

@@ -20,6 +20,7 @@ from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, failed_result, lost_run, plan
 from sepbench.sweep.cells import cell_key
 from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
+from sepbench.sweep.runner import RowsBefore
 from sepbench.sweep.ties import mean_and_variance, within_noise
 from sepbench.train import checkpoint
 from sepbench.train.keeping import Keeping
@@ -197,6 +198,8 @@ class HalvingOutcome:
     steps: int = 0
     seconds: float = 0.0
     cut_at: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """config hash -> reason of stored rows this code could not read, trained again"""
 
     @property
     def failed(self) -> list[RunResult]:
@@ -310,9 +313,11 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
     """
     start = time.perf_counter()
     outcome = HalvingOutcome(total=len(configs), skipped=0)
-    to_train = {cfg.config_hash() for cfg in plan(configs, store, reuse, halving=True).todo}
+    planned = plan(configs, store, reuse, halving=True)
+    to_train = {cfg.config_hash() for cfg in planned.todo}
     todo = [cell for cell in group_cells(configs) if any(cfg.config_hash() in to_train for cfg in cell)]
     outcome.skipped = len(configs) - len(to_train)
+    outcome.unreadable = planned.unreadable
 
     def collect(result: RunResult) -> None:
         outcome.results.append(result)
@@ -327,6 +332,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
     else:
         context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
+        before = RowsBefore([cfg for cell in todo for cfg in cell if cfg.config_hash() in to_train], store)
         with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                  initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
                 stopped_on_interrupt(pool):
@@ -343,7 +349,7 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                         await_the_rest(pool, error)
                         results, steps, cut_at = [], 0, {}
                         for cfg in futures[future]:
-                            if not store.has(cfg.config_hash()):
+                            if cfg.config_hash() in to_train and before.stored_since(cfg, store) is None:
                                 failed = lost_run(cfg, error, store)
                                 store.put(failed)
                                 collect(failed)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ContextManager, Iterable, Iterator
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.runner import OnResult, execute, lost_run, sigint_ignored
+from sepbench.sweep.runner import OnResult, RowsBefore, execute, lost_run, sigint_ignored
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
 
@@ -103,12 +103,14 @@ def _worker_main(conn: Connection, parent: int) -> None:
         if job is None:
             break
         config_json, store_path = job
-        store = Store(store_path)
+        store, config = Store(store_path), RunConfig.model_validate_json(config_json)
+        keeping = Keeping.beside(store)
         try:
-            result = execute(RunConfig.model_validate_json(config_json), Keeping.beside(store))
+            result = execute(config, keeping)
         except KeyboardInterrupt:
             break
         store.put(result)
+        keeping.stored(result)
         conn.send(result.model_dump_json())
     sys.stdout.flush()
     sys.stderr.flush()
@@ -124,6 +126,8 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     job: RunConfig | None = None
+    before: RowsBefore | None = None
+    """the job's stored row when it was sent (``--force`` and the like train stored runs again)"""
 
 
 class WorkerPool:
@@ -169,6 +173,7 @@ class WorkerPool:
         def feed(worker: _Worker) -> None:
             if queue:
                 worker.job = queue.popleft()
+                worker.before = RowsBefore([worker.job], store)
                 with contextlib.suppress(OSError):  # a worker that died shows as end-of-file below
                     worker.conn.send((worker.job.model_dump_json(), path))
 
@@ -177,12 +182,13 @@ class WorkerPool:
         while busy := {w.conn: w for w in self._workers if w.job is not None}:
             for conn in wait(list(busy)):
                 worker = busy[conn]
-                config, worker.job = worker.job, None
+                config, before, worker.job = worker.job, worker.before, None
                 try:
                     result = RunResult.model_validate_json(conn.recv())
                 except (EOFError, OSError):
                     code, worker = self._replace(worker)
-                    result = store.get(config.config_hash()) or self._died(config, code, store)
+                    assert config is not None and before is not None
+                    result = before.stored_since(config, store) or self._died(config, code, store)
                 on_result(result)
                 feed(worker)
 

@@ -12,11 +12,11 @@ import threading
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.train.keeping import Keeping
+from sepbench.train.keeping import Keeping, checkpoint_file
 from sepbench.train.result import EvalPoint, RunResult
 
 OnResult = Callable[[RunResult], None]
@@ -43,11 +43,30 @@ def lost_run(config: RunConfig, error: BaseException, store: Store) -> RunResult
     """The failed result of a run whose worker was lost, with the curve its checkpoint holds (what it trained up
     to its last save); it says when that checkpoint is kept to resume from."""
     result = failed_result(config, error)
-    path = store.checkpoints / f"{result.config_hash}.pt"
+    path = checkpoint_file(store.checkpoints, result.config_hash)
     if path.exists():
         result.curve = checkpointed_curve(path, config)
         result.error = f"{result.error}; its checkpoint in {store.checkpoints} is kept: --retry-failed resumes it"
     return result
+
+
+class RowsBefore:
+    """The stored rows of runs about to train, to tell the row a lost worker stored before it died from an older
+    one that ``--force``, ``--retrain-stale`` or ``--retry-failed`` was replacing."""
+
+    def __init__(self, configs: Iterable[RunConfig], store: Store) -> None:
+        self._rows = {cfg.config_hash(): _row_text(store, cfg.config_hash()) for cfg in configs}
+
+    def stored_since(self, config: RunConfig, store: Store) -> RunResult | None:
+        """The run's row, if it was stored after this snapshot; None if the store holds the older row or none."""
+        key = config.config_hash()
+        now = store.get_readable(key)
+        return now if now is not None and now.model_dump_json() != self._rows.get(key) else None
+
+
+def _row_text(store: Store, config_hash: str) -> str | None:
+    row = store.get_readable(config_hash)
+    return None if row is None else row.model_dump_json()
 
 
 def checkpointed_curve(path: Path, config: RunConfig) -> list[EvalPoint]:
@@ -69,14 +88,15 @@ def checkpointed_curve(path: Path, config: RunConfig) -> list[EvalPoint]:
 
 def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
     """Train one run, keeping its progress as ``keeping`` says; a run that cannot fit, or raises, becomes a
-    'failed' result instead of ending the sweep."""
+    'failed' result instead of ending the sweep. Its checkpoint stays until the caller has stored the result and
+    calls ``keeping.stored``."""
     from sepbench.train import train
     from sepbench.train.environment import resolve_device
     from sepbench.train.memory import MemoryRefused, check_memory, is_out_of_memory
 
     try:
         check_memory(config, resolve_device(config.device))
-        return train(config, progress=False, keeping=keeping)
+        return train(config, progress=False, keeping=keeping, keep_checkpoint=True)
     except MemoryRefused as error:
         return failed_result(config, error, "out of memory (estimated before training)")
     except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result

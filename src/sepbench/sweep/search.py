@@ -135,13 +135,27 @@ def select_lr(results: Sequence[RunResult], rule: SolvedRule = SolvedRule(None))
         per_lr = trained.groupby("lr")["accuracy"].agg(["mean", list])
         best_lr = float(per_lr["mean"].idxmax())
         accuracies = per_lr.loc[best_lr, "list"]
-        verdict = rule.for_cell(float(first.threshold)).verdict(accuracies)
+        cell_rule = rule.for_cell(float(first.threshold))
+        verdict = cell_rule.verdict(accuracies)
         reason = f"needs {rule.m} seeds, has {len(accuracies)}" if verdict == "undecided" else ""
+        crashed = _crashes_that_could_solve(group, cell_rule) if verdict == "unsolved" else ""
+        if crashed:
+            verdict, reason, row["failure"] = "failed", crashed, "failed"
         rows.append({**row, "best_lr": best_lr, "best_accuracy": float(per_lr["mean"].max()),
                      "median_accuracy": float(per_lr["mean"].median()), "learning_rates": len(per_lr),
                      "seeds": len(accuracies), "solved": verdict == "solved", "verdict": verdict, "reason": reason})
     return pd.DataFrame(rows, columns=columns).sort_values(["task", "model", "layers", "width", "length"],
                                                            ignore_index=True)
+
+
+def _crashes_that_could_solve(group: pd.DataFrame, rule: SolvedRule) -> str:
+    """Why an unsolved cell is not decided: a learning rate whose failed runs (a crash, out of memory: no result
+    about learning) would solve it had they reached accuracy 1; '' if none would."""
+    for lr, runs in group.groupby("lr"):
+        crashed = runs[runs.status == "failed"]
+        if not crashed.empty and rule.verdict([*runs.accuracy.dropna(), *[1.0] * len(crashed)]) != "unsolved":
+            return f"lr {lr:g}: {_failure(crashed)}"
+    return ""
 
 
 def why_unsolved(cells: pd.DataFrame) -> str:
@@ -198,6 +212,8 @@ class WidthSearch:
     failed: dict[int, dict[int, str]] = field(default_factory=dict)
     trained: int = 0
     steps: int = 0
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """config hash -> reason of stored rows this code could not read, trained again"""
 
     def undetermined_below(self, length: int) -> list[int]:
         """Failed widths under the smallest solving width found at ``length`` (all of them when none solved)."""
@@ -230,8 +246,8 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
     ``finalists`` learning rates trained to the budget, by default ``halving.FINALISTS``) and is judged as
     ``select_lr`` judges a cell. All lengths bisect in lockstep, so each round's runs (one width per length)
     train together; with several workers one pool of warm workers (``pool``, or one started here) serves every
-    round of a grid search. A failed run (out of memory, a crash) is neither solved nor
-    unsolved: when the other runs cannot settle the verdict, the width is recorded in ``failed``.
+    round of a grid search. A width ``select_lr`` judges failed (no run trained, or a learning rate's crashed
+    runs could have solved it) is neither solved nor unsolved: it is recorded in ``failed`` with the reason.
     """
     if lr_search not in ("grid", "halving"):
         raise ValueError(f"lr_search must be grid or halving, got '{lr_search}'")
@@ -259,34 +275,19 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
                                 pool=pool, threads=threads)
             search.steps += sum(r.steps for r in outcome.results)
         search.trained += len(outcome.results)
+        search.unreadable.update(outcome.unreadable)
         verdicts = {}
         for length, group in configs.items():
             runs = [store.get(cfg.config_hash()) for cfg in group]
-            verdicts[length] = _solves(runs, rule)
-            failures = [f"{r.status}: {r.error or 'no reason stored'}" for r in runs if _untrained(r)]
-            if failures and not verdicts[length] and _solves([_as_solved(r) for r in runs], rule):
-                search.failed.setdefault(length, {})[asked[length]] = failures[0]
+            cells = select_lr(runs, rule)
+            verdicts[length] = bool(len(cells)) and bool(cells.solved.iloc[0])
+            if len(cells) and cells.verdict.iloc[0] == "failed":
+                first = min((r for r in runs if r.status in ("failed", "diverged")), key=lambda r: r.status != "failed")
+                search.failed.setdefault(length, {})[asked[length]] = f"{first.status}: {first.error}"
         return verdicts
 
     search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)
     return search
-
-
-def _solves(runs: Sequence[RunResult], rule: SolvedRule) -> bool:
-    cells = select_lr(runs, rule)
-    return bool(len(cells)) and bool(cells.solved.iloc[0])
-
-
-def _untrained(run: RunResult) -> bool:
-    """Failed or diverged: a run that never trained (a search's pruned run is a loser, not a failure)."""
-    return run.status not in TRAINED and run.status != "pruned"
-
-
-def _as_solved(run: RunResult) -> RunResult:
-    """A failed or diverged run as if it had reached accuracy 1: whether failures alone leave a verdict open."""
-    if not _untrained(run):
-        return run
-    return run.model_copy(update={"status": "solved", "metrics": {**run.metrics, "accuracy": 1.0}})
 
 
 MIN_FIT_POINTS = 3
@@ -431,11 +432,15 @@ def estimate_forward_flops(config: RunConfig, length: int | None = None) -> int:
 
 def estimate_paper_flops(config: RunConfig) -> float:
     """FLOPs as Yang et al. 2024 count them in Table 2 (no attention term; see ``accounting.paper_flops``), over
-    the task's whole sequence at size N (a CoT task's longest CoT, Table 2's L), not over N."""
+    the task's whole sequence at size N (a CoT task's longest CoT), not over N; on Arithmetic at Table 2's sizes,
+    over Table 2's own L (87 at n = 6, where the longest CoT is 85)."""
     from sepbench.models.accounting import paper_flops
+    from sepbench.models.flops_table import PAPER_ARITHMETIC_LENGTHS
     from sepbench.tasks import build_task
 
-    tokens = build_task(config.task.name, config.task.length, config.task.options).max_seq_len()
+    tokens = PAPER_ARITHMETIC_LENGTHS.get(config.task.length) if config.task.name == "arithmetic" else None
+    if tokens is None:
+        tokens = build_task(config.task.name, config.task.length, config.task.options).max_seq_len()
     return paper_flops(config.model.name, config.model.width, config.model.layers, tokens)
 
 

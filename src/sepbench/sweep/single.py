@@ -44,12 +44,13 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
     stale = cached is not None and cached.code_version != code_version()
     if cached is not None and not (stale and retrain_stale):
         return StoredRun(cached, reused=True, stale=stale)
+    keeping = Keeping.beside(store)
     try:
         check_memory(config, resolve_device(config.device))
     except (MemoryRefused, ValueError) as problem:
         raise ConfigError(str(problem)) from None
     try:
-        result = train(config, progress=progress, keeping=Keeping.beside(store))
+        result = train(config, progress=progress, keeping=keeping, keep_checkpoint=True)
     except ValueError:  # a setting this machine cannot run (a kernel it lacks): bad input, nothing stored
         raise
     except Exception as problem:  # noqa: BLE001 - a crash is this run's result, stored as failed
@@ -58,4 +59,5 @@ def run_stored(config: RunConfig, store: Store, force: bool = False, retrain_sta
             raise  # with its traceback: a crash that is not an allocation failure is a bug to report
         result = failed_result(config, problem, "out of memory")
     store.put(result)
+    keeping.stored(result)
     return StoredRun(result, replaced=replaced)

@@ -14,6 +14,7 @@ from typing import Sequence
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.costs import ShapeCost, flops_cost, shape, stored_costs
+from sepbench.train.keeping import checkpoint_file
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def resumed_at(todo: Sequence[RunConfig], store: Store) -> dict[str, int]:
     for cfg in todo:
         h = cfg.config_hash()
         step = 0
-        if cfg.train.checkpoint_every > 0 and (store.checkpoints / f"{h}.pt").exists():
+        if cfg.train.checkpoint_every > 0 and checkpoint_file(store.checkpoints, h).exists():
             lost = store.get_readable(h) if h not in running else None
             step = running.get(h) or (lost.curve[-1].step if lost is not None and lost.curve else 0)
         found[h] = step

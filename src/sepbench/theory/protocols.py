@@ -13,6 +13,7 @@ import torch
 
 from sepbench.models import SequenceModel
 from sepbench.models.accounting import count_state_floats
+from sepbench.models.mixers.softmax import SoftmaxAttention
 
 
 @dataclass
@@ -44,8 +45,10 @@ def partition_protocol(model: SequenceModel, tokens: torch.Tensor, alice: torch.
     sum exp(A - M) and U_A, U_B = sum exp(A - M) V over their own positions; (U_A + U_B) / (Z_A + Z_B) is the
     attention output, and the rest of the block is local to Alice.
     """
-    if len(model.blocks) != 1 or not hasattr(model.blocks[0].mixer, "qkv"):
-        raise ValueError("the partition protocol is for one-layer softmax Transformers")
+    if len(model.blocks) != 1 or type(model.blocks[0].mixer) is not SoftmaxAttention:
+        kind = type(model.blocks[-1].mixer).__name__
+        raise ValueError(f"the partition protocol is for one-layer softmax Transformers, not {len(model.blocks)} "
+                         f"layer(s) of {kind}")
     if not bool(alice[-1]):
         raise ValueError("Alice must hold the last position")
     block, mixer = model.blocks[0], model.blocks[0].mixer

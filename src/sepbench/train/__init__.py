@@ -13,12 +13,14 @@ if TYPE_CHECKING:
 __all__ = ["EvalPoint", "RunResult", "Trainer", "train"]
 
 
-def train(config: RunConfig, progress: bool | None = None, keeping: Keeping | None = None) -> RunResult:
+def train(config: RunConfig, progress: bool | None = None, keeping: Keeping | None = None,
+          keep_checkpoint: bool = False) -> RunResult:
     """Train one model on one task as ``config`` says and return what happened; ``keeping`` says where the run
-    keeps its checkpoint (resuming from one found there) and its curve so far."""
+    keeps its checkpoint (resuming from one found there) and its curve so far. ``keep_checkpoint``: the finished
+    run's checkpoint stays for the caller to discard once the result is stored (``Keeping.stored``)."""
     from sepbench.train.loop import Trainer
 
-    return Trainer(config, keeping).run(progress=progress)
+    return Trainer(config, keeping).run(progress=progress, delete_checkpoint=not keep_checkpoint)
 
 
 def __getattr__(name: str) -> Any:

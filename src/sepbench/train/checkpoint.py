@@ -23,6 +23,7 @@ from sepbench.config import RunConfig
 from sepbench.processes import process_alive
 from sepbench.train.assessment import Assessment, Tally
 from sepbench.train.environment import code_version
+from sepbench.train.keeping import checkpoint_file
 from sepbench.train.result import RunResult
 from sepbench.train.stopping import RunInterrupted, stop_requested
 
@@ -87,7 +88,7 @@ class Checkpoint:
 
     def __init__(self, folder: str | Path, config: RunConfig, kind: str) -> None:
         self.config_hash = config.config_hash()
-        self.path = Path(folder) / f"{self.config_hash}.pt"
+        self.path = checkpoint_file(folder, self.config_hash)
         self.every = config.train.checkpoint_every
         self.kind = kind
         self.saved_at = 0.0

@@ -227,8 +227,9 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
     results: dict[int, RunResult] = {}
 
     def alone(i: int) -> None:
-        results[i] = Trainer(configs[i], keeping).run(progress=False)
-        notify(results[i])
+        results[i] = Trainer(configs[i], keeping).run(progress=False, delete_checkpoint=False)
+        notify(results[i])  # stores it, where a sweep called: only then does its checkpoint go
+        keeping.stored(results[i])
 
     if not stackable(configs[0]):
         for i in range(len(configs)):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sepbench.store import Store
+    from sepbench.train.result import RunResult
 
 
 @dataclass(frozen=True)
@@ -21,3 +22,14 @@ class Keeping:
     def beside(cls, store: Store) -> Keeping:
         """Checkpoints in the store's checkpoint folder, the curve so far in the store itself."""
         return cls(store.checkpoints.resolve(), store.path.resolve())
+
+    def stored(self, result: RunResult) -> None:
+        """``result`` is in the store: the checkpoint of a run that ended goes, while a failed run's stays for
+        ``--retry-failed`` to resume."""
+        if self.checkpoints is not None and result.status != "failed":
+            checkpoint_file(self.checkpoints, result.config_hash).unlink(missing_ok=True)
+
+
+def checkpoint_file(folder: str | Path, config_hash: str) -> Path:
+    """The checkpoint of the run ``config_hash`` in ``folder``."""
+    return Path(folder) / f"{config_hash}.pt"

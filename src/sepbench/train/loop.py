@@ -295,8 +295,11 @@ class Trainer:
 
     def finish(self, delete_checkpoint: bool = True) -> RunResult:
         """The result of what was trained so far: status, final metrics, state size and training seconds.
-        ``delete_checkpoint=False``: the caller deletes it once the result is stored (``self.checkpoint``)."""
+        ``delete_checkpoint=False``: the checkpoint is brought up to the last step trained and kept, for the caller
+        to delete once the result is stored (a kill before that rebuilds the result from it)."""
         result = self._begin()
+        if not delete_checkpoint:
+            checkpoint.save_trainer(self)
         start, self._cpu_mark = time.perf_counter(), time.process_time()
         try:
             self.settle(result, self._assessment)
@@ -312,7 +315,7 @@ class Trainer:
             self.watch.close()
         return result
 
-    def run(self, progress: bool | None = None) -> RunResult:
+    def run(self, progress: bool | None = None, delete_checkpoint: bool = True) -> RunResult:
         console = Console(stderr=True)
         show = console.is_terminal if progress is None else progress
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"), TimeRemainingColumn())
@@ -321,5 +324,5 @@ class Trainer:
                                status="")
             self.train_until(self.config.train.steps, on_eval=lambda point: bar.update(
                 job, completed=point.step, status=f"acc {point.accuracy:.3f}"))
-        return self.finish()
+        return self.finish(delete_checkpoint)
 
