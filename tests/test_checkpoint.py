@@ -409,3 +409,21 @@ def test_loading_leaves_a_live_writer_s_partial_file_and_removes_a_dead_one_s(tm
         path.write_bytes(b"half a checkpoint")
     assert file.load() is None
     assert live.exists() and not dead.exists()
+
+
+def test_runs_with_dropout_that_take_turns_in_one_process_each_train_as_if_alone(tmp_path):
+    """A halving search holds several Trainers and trains them by turns; dropout draws from torch's random state,
+    which each keeps as its own, so every one ends as its uninterrupted run, and so does its checkpoint's resume."""
+    configs = [RunConfig.build({**BASE, "seed": seed, "model": {**BASE["model"], "dropout": 0.3},
+                                "train": {**BASE["train"], "steps": 60, "eval_every": 20}}) for seed in (0, 1)]
+    alone = [outcome(train(cfg, progress=False)) for cfg in configs]
+    turns = [Trainer(cfg, Keeping(tmp_path / str(i))) for i, cfg in enumerate(configs)]
+    for step in (10, 25, 40):
+        for trainer in turns:
+            trainer.train_until(step)
+    checkpoint.save_trainer(turns[0])
+    resumed = Trainer(configs[0], Keeping(tmp_path / "0"))
+    assert outcome(turns[1].run(progress=False)) == alone[1]
+    assert outcome(resumed.run(progress=False)) == alone[0]
+    assert alone[0] != outcome(train(configs[0].model_copy(update={"model": configs[0].model.model_copy(
+        update={"dropout": 0.0})}), progress=False))

@@ -182,7 +182,7 @@ def trainer_state(trainer: Trainer) -> dict[str, Any]:
     assert trainer.result is not None
     return {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict(), "data": trainer.train_rng.bit_generator.state,
-            "rng": rng_states(), "result": trainer.result.model_dump_json(),
+            "rng": trainer.random_states(), "result": trainer.result.model_dump_json(),
             "assessment": assessment_state(trainer._assessment), "stopped": trainer._stopped,
             "cpu_seconds": trainer.cpu_seconds()}
 

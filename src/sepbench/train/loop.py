@@ -5,7 +5,7 @@ import math
 import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -149,11 +149,18 @@ class Trainer:
         self._cpu_seconds: float | None = 0.0
         self._cpu_mark: float | None = None
         self._stopped = False
+        self._training = False
         self.keeping = keeping or Keeping()
         self.checkpoint = checkpoint.open_checkpoint(self.keeping.checkpoints, config, checkpoint.SOLO)
         if self.checkpoint is not None:
             checkpoint.resume_trainer(self, self.checkpoint)
+        self._random = checkpoint.rng_states()
         self.watch = watch.open_watch(config, self.keeping.store)
+
+    def random_states(self) -> dict[str, Any]:
+        """This run's random states (dropout draws from torch's): the global ones while it trains, else those it
+        left off with, so Trainers that take turns in one process each draw as if alone."""
+        return checkpoint.rng_states() if self._training else self._random
 
     def next_batch(self) -> Batch:
         size = self.config.train.batch_size
@@ -235,6 +242,8 @@ class Trainer:
         self._cpu_mark = time.process_time()
         self.model.train()
         kept = self.checkpoint
+        checkpoint.set_rng_states(self._random)
+        self._training = True
         try:
             with stopping.training() if kept is not None else nullcontext(), subnormals.flushed(self.device):
                 for step in range(result.steps + 1, min(step_limit, cfg.steps) + 1):
@@ -269,6 +278,7 @@ class Trainer:
                             self._stopped = True
                             break
         finally:
+            self._random, self._training = checkpoint.rng_states(), False
             self._seconds += time.perf_counter() - start
             self._cpu_seconds, self._cpu_mark = self.cpu_seconds(), None
         return result
