@@ -15,7 +15,8 @@ from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from sepbench.report.bounds import BoundsProvider, theory_bounds  # noqa: E402
+from sepbench.config import ModelConfig  # noqa: E402
+from sepbench.report.bounds import BoundsProvider, Series, theory_bounds  # noqa: E402
 from sepbench.results import TRAINED  # noqa: E402
 from sepbench.sweep.search import (  # noqa: E402
     MIN_FIT_POINTS, SolvedRule, fit_power_law, min_width_table, select_lr, why_unsolved,
@@ -180,10 +181,20 @@ def _log_axes(ax, xs: Sequence[float], ys: Sequence[float], lengths: Sequence[in
     ax.yaxis.set_minor_locator(NullLocator())
 
 
+def _series(results: Sequence[RunResult], task: str, model: str, layers: int) -> Series:
+    """The plotted series of ``model`` at ``layers`` on ``task``: its stored runs' distinct model configs."""
+    configs: dict[str, ModelConfig] = {}
+    for result in results:
+        config = result.config.model
+        if result.config.task.name == task and config.name == model and config.layers == layers:
+            configs.setdefault(config.model_dump_json(exclude={"width"}), config)
+    return Series(tuple(configs.values()))
+
+
 def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
                         bounds: BoundsProvider = theory_bounds) -> list[Figure]:
     """Per task with a solved width: smallest solving width against length per (model, depth), the power law fitted
-    to the exact smallest widths (at least MIN_FIT_POINTS of them), and the theory's bounds for the plotted models.
+    to the exact smallest widths (at least MIN_FIT_POINTS of them), and the theory's bounds in each series' width.
 
     A smallest width is exact when the next smaller stored width is unsolved; otherwise it is an upper bound (open
     downward triangle). Lengths where no stored width solves show an open upward triangle at the largest width tried.
@@ -196,6 +207,7 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
         fig, ax = plt.subplots(figsize=(6.4, 5.2), constrained_layout=True)
         xs: list[float] = []
         ys: list[float] = []
+        colors: dict[str, str] = {}
         for (model, layers), rows in group.groupby(["model", "layers"]):
             name = f"{model}, {counted(layers, 'layer')}"
             found = rows[rows.min_width.notna()]
@@ -217,22 +229,28 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
             for points in (exact, at_most, none):
                 xs += list(points)
                 ys += list(points.values())
+            colors[name] = color
             if fit is not None:
                 span = np.geomspace(min(exact), max(exact), 50)
                 ax.plot(span, fit.predict(span), color=color, linewidth=1)
                 ys += list(fit.predict(span))
         lengths = sorted(int(n) for n in group.length.unique())
-        drawn = bounds(task, sorted(group.model.unique()), lengths)
-        for name, values in drawn.items():
-            ax.plot(lengths, values, linestyle="--", color="grey", label=f"bound: {name}")
-            ys += [v for v in values if v > 0]
+        series = [_series(results, str(task), model, int(layers)) for model, layers in
+                  group[["model", "layers"]].drop_duplicates().itertuples(index=False)]
+        drawn = bounds(task, series, lengths)
+        for curve in drawn:
+            ax.plot(lengths, curve.widths, linestyle="--", color=colors.get(curve.series, "grey"),
+                    label=f"bound: {curve.label}")
+            ys += [v for v in curve.widths if v > 0]
         _log_axes(ax, xs, ys, lengths)
         ax.set_xlabel("length N")
         ax.set_ylabel("smallest solving width")
         ax.set_title(task)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-        models = ", ".join(sorted(group.model.unique()))
-        bound_text = ("dashed: the paper's lower bounds at p = 32 bits that constrain the plotted models"
+        models = "; ".join(one.name for one in series)
+        bound_text = ("dashed, in each series' colour: the smallest width that the paper's lower bounds at p = 32 "
+                      "bits allow that series (a recurrent model's width whose state holds the bound's m numbers, "
+                      "a one-layer Transformer's m = bound on mH / H)"
                       if drawn else f"no lower bound of Bhattamishra et al. 2024 constrains {models} on {task}, so "
                       "none is drawn")
         figures.append(Figure(f"min_width_{task}", f"Smallest solving width against length: {task}",
