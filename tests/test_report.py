@@ -4,6 +4,7 @@ import shutil
 import sqlite3
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from sepbench import RunConfig, Store
 from sepbench.cli import app
 from sepbench.config import apply_overrides
+from sepbench.report.bounds import BoundCurve, theory_bounds
 from sepbench.report.figures import figure_data, heatmaps, min_width_vs_length, size_cells
 from sepbench.report.page import flops_table, not_trained_table
 from sepbench.sweep.search import SolvedRule, select_lr
@@ -116,14 +118,17 @@ def test_report_writes_every_figure_as_png_and_svg_and_loads_in_headless_chromiu
 def test_min_width_plot_fits_the_known_law_and_draws_bounds_from_the_hook():
     calls = []
 
-    def bounds(task, models, lengths):
-        calls.append((task, tuple(models), tuple(lengths)))
-        return {"RNN >= N / p": [n / 2 for n in lengths]}
+    def bounds(task, series, lengths):
+        calls.append((task, [(s.name, {c.heads for c in s.configs}) for s in series], tuple(lengths)))
+        return [BoundCurve("lstm, 1 layer", "lstm, 1 layer: RNN >= N / p", [n / 2 for n in lengths])]
 
     (figure,) = min_width_vs_length(law_results(), SolvedRule(), bounds=bounds)
-    labels = [line.get_label() for line in figure.figure.axes[0].get_lines()]
-    assert calls == [("index_lookup", ("linear_transformer", "lstm", "transformer"), tuple(LENGTHS))]
-    assert "lstm, 1 layer: alpha = 1.00 [1.00, 1.00]" in labels and "bound: RNN >= N / p" in labels
+    lines = {line.get_label(): line for line in figure.figure.axes[0].get_lines()}
+    assert calls == [("index_lookup", [("linear_transformer, 1 layer", {4}), ("lstm, 1 layer", {4}),
+                                       ("transformer, 1 layer", {4})], tuple(LENGTHS))]
+    lstm, bound = lines["lstm, 1 layer: alpha = 1.00 [1.00, 1.00]"], lines["bound: lstm, 1 layer: RNN >= N / p"]
+    assert bound.get_linestyle() == "--" and bound.get_color() == lstm.get_color()
+    labels = list(lines)
     (flat,) = [label for label in labels if label.startswith("transformer, 1 layer: alpha = ")]
     alpha, low, high = map(float, re.findall(r"-?\d+\.\d+", flat))
     assert abs(alpha) < 0.005 and abs(low) < 0.005 and abs(high) < 0.005
@@ -218,13 +223,19 @@ def test_a_store_whose_only_run_was_cut_reports_its_cell_undecided(tmp_path):
     assert "every learning rate of 1 was cut by a search on some seed" in (tmp_path / "out" / "index.html").read_text()
 
 
-def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
-    from sepbench.demo import main
-
+def tiny_demo_spec(tmp_path: Path) -> Path:
+    """The demo's sweep in miniature: Transformer and LSTM, 2 seeds, 10 steps (4 runs)."""
     spec = tmp_path / "demo.yaml"
     spec.write_text("name: tiny\nbase: {task: {name: index_lookup, length: 12, options: {alphabet_size: 4}},\n"
                     "  model: {layers: 1, width: 8}, train: {steps: 10, eval_every: 5, eval_samples: 50, batch_size: 8},"
                     " device: cpu}\ngrid: {model.name: [transformer, lstm]}\nlr_grid: [0.001]\nseeds: [0, 1]\n")
+    return spec
+
+
+def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
+    from sepbench.demo import main
+
+    spec = tiny_demo_spec(tmp_path)
     page = main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
     printed = capsys.readouterr().out
     assert page == tmp_path / "report" / "index.html" and page.exists()
@@ -238,6 +249,51 @@ def test_demo_sweeps_then_reports_and_reuses_its_runs(tmp_path, capsys):
     main(spec, tmp_path / "demo.db", tmp_path / "report", workers=1)
     assert "[1/4]" not in capsys.readouterr().out
     assert {r.config_hash: r.created_at for r in Store(tmp_path / "demo.db").results()} == first
+
+
+def test_ctrl_c_in_the_demo_s_sweep_says_what_is_stored_exits_130_and_the_rerun_resumes(tmp_path, monkeypatch,
+                                                                                       capsys):
+    from sepbench import demo
+
+    spec, path = tiny_demo_spec(tmp_path), tmp_path / "demo.db"
+    sweep = demo.run_sweep
+
+    def ctrl_c_after_the_first_run(todo, store, on_result, **options):
+        def stop(result: RunResult) -> None:
+            on_result(result)
+            raise KeyboardInterrupt  # as a Ctrl-C right after the first run is stored
+
+        return sweep(todo, store, on_result=stop, **options)
+
+    monkeypatch.setattr(demo, "run_sweep", ctrl_c_after_the_first_run)
+    assert demo.run(spec, path, tmp_path / "report", workers=1) == 130
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err and "[1/4]" in printed.out
+    assert printed.err.splitlines() == [f"interrupted: 1 of 4 runs finished and stored in {path}; rerun the same "
+                                        "command to resume"]
+    (kept,) = Store(path).results()
+    assert not (tmp_path / "report").exists()
+    monkeypatch.setattr(demo, "run_sweep", sweep)
+    assert demo.run(spec, path, tmp_path / "report", workers=1) == 0
+    assert "4 runs, 1 already in" in capsys.readouterr().out and (tmp_path / "report" / "index.html").exists()
+    assert Store(path).get(kept.config_hash).created_at == kept.created_at
+
+
+@pytest.mark.parametrize("where, kept", [
+    ("sepbench.demo.pending", "nothing new is stored in {path}"),
+    ("sepbench.report.write_report", "all 4 runs are stored in {path}, the report is not written"),
+], ids=["before the sweep", "in the report"])
+def test_ctrl_c_in_the_demo_outside_its_sweep_says_what_is_stored(tmp_path, monkeypatch, capsys, where, kept):
+    from sepbench import demo
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, ctrl_c)
+    path = tmp_path / "demo.db"
+    assert demo.run(tiny_demo_spec(tmp_path), path, tmp_path / "report", workers=1) == 130
+    assert capsys.readouterr().err == f"interrupted: {kept.format(path=path)}; rerun the same command to resume\n"
+    assert len(Store(path)) == (0 if "pending" in where else 4)
 
 
 def test_demo_cells_take_the_best_learning_rate_and_show_the_seeds_range():
@@ -256,12 +312,26 @@ def test_demo_cells_take_the_best_learning_rate_and_show_the_seeds_range():
     assert cells == {("lstm", 10): "0.93 (0.90-0.96)", ("mamba", 10): "failed", ("transformer", 10): "1.00 (1.00-1.00)"}
 
 
-def test_min_width_plot_overlays_the_recurrent_index_lookup_bound_of_thm3():
+def test_min_width_plot_overlays_the_recurrent_index_lookup_bound_of_thm3_per_series_in_its_width():
     (figure,) = min_width_vs_length(law_results(), SolvedRule())
     lines = {line.get_label(): line for line in figure.figure.axes[0].get_lines()}
-    (label,) = [name for name in lines if name.startswith("bound: Thm 3")]
-    assert "p = 32" in label
-    assert list(lines[label].get_ydata()) == [n / 32 for n in LENGTHS]
+    bounds = sorted(name for name in lines if name.startswith("bound: "))
+    assert [name.split(": Thm 3, ")[0] for name in bounds] == ["bound: linear_transformer, 1 layer",
+                                                                "bound: lstm, 1 layer"]
+    assert all(name.endswith(": Thm 3, m >= N / p (p = 32); m = state floats") for name in bounds)
+    assert list(lines[bounds[1]].get_ydata()) == [1, 1, 1]  # h and c: 2 floats a width >= N / 32 <= 1.5
+    assert "smallest width" in figure.caption and "state holds" in figure.caption
+
+
+def test_min_width_plot_draws_each_recurrent_bound_as_its_series_state_width():
+    """At p = 1 Thm 3 asks m >= N numbers: an LSTM's 2w floats need w = N / 2, linear attention's H (d^2 + d)
+    with H = 4, d = w / 4 need w = 8, 8, 12 at N = 12, 24, 48; softmax attention has no recurrent bound."""
+    (figure,) = min_width_vs_length(law_results(), SolvedRule(),
+                                    bounds=lambda task, series, lengths: theory_bounds(task, series, lengths, 1))
+    lines = {line.get_label().split(": Thm")[0]: line for line in figure.figure.axes[0].get_lines()}
+    assert list(lines["bound: lstm, 1 layer"].get_ydata()) == [n / 2 for n in LENGTHS]
+    assert list(lines["bound: linear_transformer, 1 layer"].get_ydata()) == [8, 8, 12]
+    assert not any(name.startswith("bound: transformer") for name in lines)
 
 
 def single_seed_results(first: dict[int, int], widths=(4, 8, 16)) -> list[RunResult]:
@@ -296,7 +366,8 @@ def test_min_width_plot_of_censored_widths_has_ticks_and_no_fit():
     assert labels == ["transformer, 1 layer: at most this width; no fit (0 exact widths, needs 3)"]
     assert_axes_hold_their_points(ax, "min_width")
     assert ax["ylim"][0] < 4 < ax["ylim"][1] and 4.0 in ax["yticks"]
-    assert "no lower bound of Bhattamishra et al. 2024 constrains transformer on index_lookup" in figure.caption
+    assert ("no lower bound of Bhattamishra et al. 2024 constrains transformer, 1 layer on index_lookup"
+            in figure.caption)
 
 
 def test_a_fit_needs_three_exact_widths():

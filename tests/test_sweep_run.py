@@ -264,6 +264,23 @@ def test_ctrl_c_stops_minwidth_and_its_warm_workers(tmp_path):
     assert f"in flight in {path}.checkpoints (at step" in " ".join(stop.stderr.split())
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_ctrl_c_stops_the_demo_keeps_finished_runs_and_says_so(tmp_path):
+    spec, path, report = tmp_path / "long.yaml", tmp_path / "runs.db", tmp_path / "report"
+    spec.write_text(LONG_RUNS)
+    script = ("import sys; from pathlib import Path; from sepbench import demo; "
+              f"sys.exit(demo.run(Path({str(spec)!r}), Path({str(path)!r}), Path({str(report)!r}), workers=2))")
+    stop = _interrupt_when_stored([sys.executable, "-c", script], path, tmp_path, signal_group=True, mid_run=True)
+    assert stop.code == 130 and stop.seconds < 6 and not stop.survivors, (stop, stop.stderr[-2000:])
+    assert "Traceback" not in stop.stderr, stop.stderr[-2000:]
+    stored = _stored(path)
+    said = " ".join(stop.stderr.split())
+    assert f"interrupted: {len(stored)} of 4 runs finished and stored in {path}; rerun the same command to resume" \
+        in said
+    assert f"in flight in {path}.checkpoints (at step" in said
+    assert not report.exists()
+
+
 def _put_forever(path: str) -> None:
     store = Store(path)
     curve = [{"step": s, "loss": 1.0, "accuracy": 0.5, "seconds": 0.1} for s in range(2000)]
@@ -433,7 +450,8 @@ def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoint
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
 def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last_checkpoints_curves(tmp_path):
     """A dead worker breaks the pool, whose executor fails every run and then sends the other workers SIGTERM, on
-    which each saves its checkpoint once more: a run's stored curve is that last save, not one read before it."""
+    which each saves its checkpoint once more: a run's stored curve is that last save, not one read before it.
+    A cell the broken pool had not begun is not failed with them: it trains in a new pool."""
     import threading
 
     import torch
@@ -441,6 +459,9 @@ def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last
     from sepbench.sweep.halving import run_halving
 
     configs = _long_halving_sweep(checkpoint_every=60)
+    waiting = [cfg.model_copy(update={"model": cfg.model.model_copy(update={"width": 4}),
+                                      "train": cfg.train.model_copy(update={"steps": 20})})
+               for cfg in configs[:2]]
     store = Store(tmp_path / "runs.db")
     killed: list[int] = []
 
@@ -461,9 +482,11 @@ def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last
 
     killer = threading.Thread(target=kill_one_once_both_have_evaluated)
     killer.start()
-    run_halving(configs, store, workers=2, finalists=1)
+    run_halving(configs + waiting, store, workers=2, finalists=1)
     killer.join()
     assert killed
+    assert {store.get(cfg.config_hash()).status for cfg in waiting} <= {"completed", "solved", "pruned"}
+    assert {store.get(cfg.config_hash()).steps for cfg in waiting} <= {10, 20}
     kept = {}
     for cfg in configs:
         path = store.checkpoints / f"{cfg.config_hash()}.pt"

@@ -231,7 +231,8 @@ def test_failed_runs_make_the_sweep_exit_1_and_are_retried_only_when_asked(store
     spec.write_text(FAILING_SPEC)
     first = runner.invoke(app, ["sweep", str(spec)])
     assert first.exit_code == 1
-    assert "1 failed" in first.stdout and "cannot evaluate at 40" in first.stderr
+    assert "1 trained in" in first.stdout and "(0 diverged), 1 failed;" in first.stdout, first.stdout
+    assert "cannot evaluate at 40" in first.stderr
     store = Store(store_path)
     (failed,) = [r for r in store.results() if r.status == "failed"]
     resumed = runner.invoke(app, ["sweep", str(spec)])
@@ -252,8 +253,21 @@ def test_a_failed_width_shows_as_failed_never_as_unsolved(store_path):
     assert "65536:failed" in result.stdout and "65536:no" not in result.stdout
     assert "out of memory (estimated before training)" in result.stderr
     assert "error: 1 width of this width search failed" in result.stderr
+    assert f"trained 0 new runs (0 steps), 1 failed (1 refused for memory); 1 run in {store_path}" in result.stdout
     (failed,) = Store(store_path).results(status="failed")
     assert failed.config.model.width == 65536 and "needs about" in failed.error
+
+
+def test_a_sweep_never_counts_a_run_refused_for_memory_as_trained(store_path, tmp_path):
+    spec = tmp_path / "too_wide.yaml"
+    spec.write_text("name: too_wide\nbase: {task: {name: index_lookup, length: 12}, model: {name: transformer, "
+                    "layers: 1}, train: {steps: 4, eval_every: 2, eval_samples: 20}, device: cpu}\n"
+                    "grid: {model.width: [8, 65536]}\n")
+    result = runner.invoke(app, ["sweep", str(spec)])
+    assert result.exit_code == 1, result.output
+    assert "sweep 'too_wide' done: 1 trained in " in result.stdout, result.stdout
+    assert "(0 diverged), 1 failed (1 refused for memory); 2 runs in" in result.stdout, result.stdout
+    assert "out of memory (estimated before training)" in result.stderr
 
 
 def test_runs_from_other_code_are_flagged_and_retrained_only_when_asked(store_path, tmp_path):

@@ -123,3 +123,48 @@ def test_nothing_to_train_is_no_work_and_the_eta_falls_back_to_the_mean_run(tmp_
 def test_a_workload_by_hand_weighs_each_cell_by_its_own_step_cost():
     plan = Workload({"a": 1.0, "b": 3.0}, [Cell(("a",), 100.0), Cell(("b",), 100.0)], {})
     assert plan.progress({}) == (0.0, 400.0) and plan.progress({"a": 100}) == (100.0, 300.0)
+
+
+def refused(cfg: RunConfig) -> RunResult:
+    """A run refused for memory before training: failed at once, no step trained."""
+    return result(cfg, "failed", 0, error="out of memory (estimated before training): this run needs about 964 GiB")
+
+
+def test_runs_refused_for_memory_do_not_shorten_the_eta_of_the_runs_that_train():
+    """One run trained in 100 s, then two were refused at once: the one left costs 100 s, not a third of it."""
+    trained, wide, wider = config(width=8), config(width=4096), config(width=8192)
+    now = [0.0]
+    out = io.StringIO()
+    with SweepProgress("minwidth", 4, Console(file=out, width=200), live=False, clock=lambda: now[0]) as progress:
+        now[0] = 100.0
+        progress.advance(result(trained, "completed", 1000, wall_seconds=100.0))
+        progress.advance(refused(wide))
+        progress.advance(refused(wider))
+        assert progress.eta_seconds() == pytest.approx(100.0)
+        assert out.getvalue().splitlines()[-1].endswith("; ETA 100 s")
+
+
+def test_the_eta_waits_for_a_run_that_trained_when_the_first_ones_were_refused(tmp_path):
+    """With or without a workload, runs refused at once give no pace: no ETA rather than 0 s."""
+    wide, wider, small = config(width=4096), config(width=8192), config(width=8)
+    for plan in (None, workload([wide, wider, small], Store(tmp_path / "s.db"))):
+        now = [0.0]
+        out = io.StringIO()
+        with SweepProgress("sweep", 3, Console(file=out, width=200), live=False, workload=plan,
+                           clock=lambda: now[0]) as progress:
+            now[0] = 0.01
+            progress.advance(refused(wide))
+            progress.advance(refused(wider))
+            assert progress.eta_seconds() is None
+            assert out.getvalue().splitlines()[-1].endswith("; ETA -")
+            now[0] = 50.0
+            progress.advance(result(small, "completed", 1000, wall_seconds=50.0))
+            assert progress.eta_seconds() == 0.0
+
+
+def test_a_run_its_device_cannot_hold_is_no_work(tmp_path):
+    """A run the memory check will refuse ends at once: its budget would hold the ETA at days until it is refused."""
+    small, huge = config(width=8), config(width=65536)  # ~0.5 TB of LSTM weights and Adam moments
+    found = workload([small, huge], Store(tmp_path / "s.db"))
+    assert [c.runs for c in found.cells] == [(small.config_hash(),)]
+    assert found.progress({}) == workload([small], Store(tmp_path / "s.db")).progress({})

@@ -4,7 +4,8 @@ One-layer models of width 64 (a Transformer and recurrent models) learn Index Lo
 recurrent models still succeed with the demo's budget and at lengths where they do not, every model with the
 same budget and at least two seeds. The sweep runs on two worker processes, prints the accuracy table with the
 budget it used, and writes the HTML report. Runs go to ``runs/demo.db`` (a second call reuses them); the report
-goes to ``runs/demo_report/``.
+goes to ``runs/demo_report/``. Ctrl-C stops it as it stops ``sepbench sweep``: finished runs stay stored, the runs in
+training save checkpoints, one line says what is kept, and it exits 130; the same command resumes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from sepbench.config import RunConfig
 from sepbench.extras import MissingExtra, require
 from sepbench.results import TRAINED
 from sepbench.store import Store
-from sepbench.sweep import SweepSpec, pending, run_sweep
+from sepbench.sweep import SweepInterrupted, SweepSpec, pending, run_sweep
+from sepbench.sweep.interrupts import interrupts_counted
 from sepbench.sweep.progress import SweepProgress
 from sepbench.sweep.search import SolvedRule
 from sepbench.train.result import RunResult
@@ -30,6 +32,14 @@ from sepbench.wording import counted
 
 SPEC = configs.path("demo", "index_lookup_separation.yaml")
 STORE, REPORT = Path("runs/demo.db"), Path("runs/demo_report")
+
+
+class DemoInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the demo; ``kept`` says what it had finished and stored."""
+
+    def __init__(self, kept: str) -> None:
+        super().__init__(kept)
+        self.kept = kept
 
 
 def budget_text(runs: Sequence[RunConfig]) -> str:
@@ -65,10 +75,11 @@ def accuracy_cells(results: Sequence[RunResult]) -> dict[tuple[str, int], str]:
 
 
 def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = REPORT, workers: int = 2) -> Path:
-    """Run the sweep (reusing stored runs), print the table, write the report; returns the page's path."""
-    require("matplotlib", "report", "the demo")
-    from sepbench.report import write_report
+    """Run the sweep (reusing stored runs), print the table, write the report; returns the page's path.
 
+    Ctrl-C in the sweep or after it raises DemoInterrupted, once the runs in training have saved their checkpoints;
+    before the sweep, a plain KeyboardInterrupt (nothing new is stored)."""
+    require("matplotlib", "report", "the demo")
     console = Console()
     start = time.perf_counter()
     spec = SweepSpec.from_yaml(spec_path)
@@ -78,8 +89,23 @@ def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = RE
     todo = sorted(pending(runs, store), key=lambda cfg: -cfg.task.length)  # longest first: the workers finish together
     console.print(f"sweep '{spec.name}': {len(runs)} runs, {len(runs) - len(todo)} already in {store.path}, "
                   f"{len(todo)} to train on {workers} workers", highlight=False, soft_wrap=True)
-    with SweepProgress(spec.name, len(todo), console) as progress:
-        run_sweep(todo, store, workers=workers, on_result=progress.advance)
+    try:
+        with SweepProgress(spec.name, len(todo), console) as progress, interrupts_counted(store) as finished:
+            run_sweep(todo, store, workers=workers, on_result=finished.reporting(progress.advance))
+    except SweepInterrupted as stop:
+        raise DemoInterrupted(f"{stop.finished} of {counted(len(todo), 'run')} finished and stored in "
+                              f"{store.path}") from None
+    try:
+        return _show(runs, store, report_dir, console, start)
+    except KeyboardInterrupt:
+        raise DemoInterrupted(f"all {counted(len(runs), 'run')} are stored in {store.path}, the report is not "
+                              "written") from None
+
+
+def _show(runs: Sequence[RunConfig], store: Store, report_dir: Path, console: Console, start: float) -> Path:
+    """Print the accuracy table and the budget of the stored ``runs``, write the report; returns the page's path."""
+    from sepbench.report import write_report
+
     results = [found for cfg in runs if (found := store.get(cfg.config_hash())) is not None]
 
     lengths = sorted({cfg.task.length for cfg in runs})
@@ -102,9 +128,27 @@ def main(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = RE
     return report.page
 
 
-if __name__ == "__main__":
+def run(spec_path: Path = SPEC, store_path: Path = STORE, report_dir: Path = REPORT, workers: int = 2) -> int:
+    """``main`` as ``make demo`` runs it: a missing extra or Ctrl-C is one line on stderr; returns the exit code
+    (0, 2 for a missing extra, 130 on Ctrl-C, as ``sepbench`` commands exit)."""
+    import typer
+
+    from sepbench.cli.app import BAD_INPUT, interrupted, warn
+
+    since = time.time()
     try:
-        main()
+        main(spec_path, store_path, report_dir, workers)
     except MissingExtra as problem:
-        print(f"error: {problem}", file=sys.stderr)
-        sys.exit(2)
+        warn(f"error: {problem}")
+        return BAD_INPUT
+    except KeyboardInterrupt as stop:
+        kept = stop.kept if isinstance(stop, DemoInterrupted) else f"nothing new is stored in {store_path}"
+        try:
+            interrupted(kept, Store(store_path), since)
+        except typer.Exit as leave:
+            return leave.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -6,7 +6,7 @@ import time
 from contextlib import ExitStack
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import typer
 from rich.table import Table
@@ -24,6 +24,21 @@ if TYPE_CHECKING:
     from sepbench.store import Store
     from sepbench.sweep.driver import SpecPlan
     from sepbench.sweep.workload import Workload
+    from sepbench.train.result import RunResult
+
+
+def failed_text(results: Sequence[RunResult]) -> str:
+    """'2 failed (1 refused for memory)': how many of ``results`` failed, and how many of those never trained."""
+    from sepbench.sweep.runner import REFUSED_FOR_MEMORY
+
+    failed = [r for r in results if r.status == "failed"]
+    refused = sum(1 for r in failed if (r.error or "").startswith(REFUSED_FOR_MEMORY))
+    return f"{len(failed)} failed" + (f" ({refused} refused for memory)" if refused else "")
+
+
+def trained_count(results: Sequence[RunResult]) -> int:
+    """How many of ``results`` trained: every one but the failed (a diverged or pruned run trained its steps)."""
+    return sum(1 for r in results if r.status != "failed")
 
 
 class SweepBackend(str, Enum):
@@ -87,11 +102,12 @@ def sweep(
     if outcome.planned.halving:
         say(f"sweep '{spec.name}' done by successive halving (eta {spec.halving_eta:g}): {len(outcome.results)} "
             f"stored in {outcome.seconds:.1f} s, {len(outcome.with_status('pruned'))} pruned, "
-            f"{len(outcome.with_status('failed', 'diverged'))} failed or diverged, {outcome.steps} steps trained of "
-            f"{outcome.planned.full_steps} a full grid would take at most; {counted(len(db), 'run')} in {db.path}")
+            f"{failed_text(outcome.results)}, {len(outcome.with_status('diverged'))} diverged, {outcome.steps} steps "
+            f"trained of {outcome.planned.full_steps} a full grid would take at most; {counted(len(db), 'run')} in "
+            f"{db.path}")
     else:
-        say(f"sweep '{spec.name}' done: {len(outcome.results)} trained in {outcome.seconds:.1f} s, "
-            f"{len(outcome.with_status('failed'))} failed, {len(outcome.with_status('diverged'))} diverged; "
+        say(f"sweep '{spec.name}' done: {trained_count(outcome.results)} trained in {outcome.seconds:.1f} s "
+            f"({len(outcome.with_status('diverged'))} diverged), {failed_text(outcome.results)}; "
             f"{counted(len(db), 'run')} in {db.path}")
     exit_on_failures(outcome.failed, "sweep")
 
@@ -188,6 +204,7 @@ def minwidth(
     with bad_input_exits():
         use_folders(data_cache, checkpoints, tensorboard)
         db.check_usable()
+    new: list[RunResult] = []
     try:
         with interrupts_counted(db) as finished, warm_pool(workers if lr_search == LrSearch.grid else 1) as pool:
             from sepbench.sweep.progress import SweepProgress
@@ -219,9 +236,14 @@ def minwidth(
             progress = SweepProgress("minwidth", len(set(grid_lengths)) * most_visited * m * len(grid_lrs or [None]),
                                      err, live=False, at_most=True)
             reuse = Reuse(retry_failed=retry_failed, retrain_stale=retrain_stale, force=force)
+
+            def seen(result: RunResult) -> None:
+                new.append(result)
+                progress.advance(result)
+
             with bad_input_exits():  # a grid point whose config does not build
                 search = search_min_width(base, grid_lengths, grid_widths, rule, db, workers=workers,
-                                          on_result=finished.reporting(progress.advance), reuse=reuse, lrs=grid_lrs,
+                                          on_result=finished.reporting(seen), reuse=reuse, lrs=grid_lrs,
                                           lr_search=lr_search.value, eta=eta, pool=pool, threads=threads,
                                           finalists=finalists)
     except SweepInterrupted as stop:
@@ -233,7 +255,9 @@ def minwidth(
     warn_unreadable_rows(search.unreadable)
     _print_search(search, f"smallest width: {model}, {depth}, on {task}; solved = {shown}{tuned}", grid_widths,
                   resamples)
-    say(f"trained {counted(search.trained, 'new run')} ({search.steps} steps); {counted(len(db), 'run')} in {db.path}")
+    failures = f", {failed_text(new)}" if trained_count(new) < len(new) else ""
+    say(f"trained {counted(trained_count(new), 'new run')} ({search.steps} steps){failures}; {counted(len(db), 'run')} "
+        f"in {db.path}")
     exit_on_failures({f"N={n} width {w}": reason for n, widths_ in search.failed.items()
                       for w, reason in widths_.items() if reason.startswith("failed")}, "width search", "width")
 

@@ -1,14 +1,13 @@
 """Sweeps with stacked runs: pending configs of one cell (same but for seed and lr) train together in one worker."""
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable
+
 from sepbench.config import RunConfig
 from sepbench.store import Store
-from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
-from sepbench.sweep.runner import Executor, OnResult, RowsBefore, failed_result, lost_run, ray_keeping, start_ray
+from sepbench.sweep.pool import run_in_processes
+from sepbench.sweep.runner import (REFUSED_FOR_MEMORY, Executor, OnResult, RowsBefore, failed_result, lost_run,
+                                   ray_keeping, start_ray)
 from sepbench.train.environment import resolve_device
 from sepbench.train.keeping import Keeping
 from sepbench.train.result import RunResult
@@ -66,7 +65,7 @@ def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keepin
         train_group(configs, on_result=record, keeping=keeping)
     except MemoryRefused as error:
         for cfg in configs:
-            record(failed_result(cfg, error, "out of memory (estimated before training)"))
+            record(failed_result(cfg, error, REFUSED_FOR_MEMORY))
     except Exception as error:  # noqa: BLE001 - a crash of the group is the result of its unfinished members
         kind = "out of memory" if is_out_of_memory(error) else None
         for cfg in configs:
@@ -122,24 +121,22 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
         return
     path = str(store.path.resolve())
     before = RowsBefore([c for g in groups for c in g], store)  # read before any worker can store
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=executor_initializer,
-                             initargs=(os.getpid(),)) as pool, stopped_on_interrupt(pool):
-        futures = {pool.submit(_group_and_store, [c.model_dump_json() for c in g], path): g for g in groups}
-        remaining = set(futures)
-        while remaining:
-            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-            for future in finished:
-                try:
-                    results = [RunResult.model_validate_json(r) for r in future.result()]
-                except Exception as error:  # noqa: BLE001 - a group that raised, or lost to a broken pool
-                    await_the_rest(pool, error)
-                    lost = [c for c in futures[future] if before.stored_since(c, store) is None]
-                    results = [lost_run(c, error, store) for c in lost]
-                    for result in results:
-                        store.put(result)
-                for result in results:
-                    on_result(result)
+
+    def submit(group: list[RunConfig]) -> tuple[Callable[..., list[str]], tuple]:
+        return _group_and_store, ([c.model_dump_json() for c in group], path)
+
+    def done(group: list[RunConfig], results: list[str]) -> None:
+        for result in results:
+            on_result(RunResult.model_validate_json(result))
+
+    def lost(group: list[RunConfig], error: BaseException) -> None:
+        for cfg in group:
+            if before.stored_since(cfg, store) is None:
+                result = lost_run(cfg, error, store)
+                store.put(result)
+                on_result(result)
+
+    run_in_processes(groups, workers, submit, done, lost)
 
 
 def run_groups_ray(groups: list[list[RunConfig]], store: Store, on_result: OnResult, workers: int = 1,

@@ -8,18 +8,15 @@ survives to the end is stored exactly as the grid would store it (same config, s
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
 from sepbench.sweep.executors import OnResult, Reuse, failed_result, lost_run, plan
 from sepbench.sweep.cells import cell_key
-from sepbench.sweep.pool import await_the_rest, executor_initializer, stopped_on_interrupt
+from sepbench.sweep.pool import run_in_processes
 from sepbench.sweep.runner import RowsBefore
 from sepbench.sweep.ties import mean_and_variance, within_noise
 from sepbench.train import checkpoint
@@ -330,32 +327,27 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
             outcome.steps += done.steps
             outcome.cut_at.update(done.cut_at)
     else:
-        context = multiprocessing.get_context("spawn")
         path = str(store.path.resolve())
         before = RowsBefore([cfg for cell in todo for cfg in cell if cfg.config_hash() in to_train], store)
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                 initializer=executor_initializer, initargs=(os.getpid(),)) as pool, \
-                stopped_on_interrupt(pool):
-            futures = {pool.submit(_halve_in_worker, [c.model_dump_json() for c in cell], path, eta, finalists,
-                                   keep_ties, [c.config_hash() for c in cell if c.config_hash() in to_train]): cell
-                       for cell in todo}
-            remaining = set(futures)
-            while remaining:
-                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    try:
-                        results, steps, cut_at = future.result()
-                    except Exception as error:  # noqa: BLE001 - a worker that died fails the runs it left unstored
-                        await_the_rest(pool, error)
-                        results, steps, cut_at = [], 0, {}
-                        for cfg in futures[future]:
-                            if cfg.config_hash() in to_train and before.stored_since(cfg, store) is None:
-                                failed = lost_run(cfg, error, store)
-                                store.put(failed)
-                                collect(failed)
-                    outcome.steps += steps
-                    outcome.cut_at.update(cut_at)
-                    for result in results:
-                        collect(RunResult.model_validate_json(result))
+
+        def submit(cell: list[RunConfig]) -> tuple[Callable[..., tuple[list[str], int, dict[str, int]]], tuple]:
+            return _halve_in_worker, ([c.model_dump_json() for c in cell], path, eta, finalists, keep_ties,
+                                      [c.config_hash() for c in cell if c.config_hash() in to_train])
+
+        def done(cell: list[RunConfig], value: tuple[list[str], int, dict[str, int]]) -> None:
+            results, steps, cut_at = value
+            outcome.steps += steps
+            outcome.cut_at.update(cut_at)
+            for result in results:
+                collect(RunResult.model_validate_json(result))
+
+        def lost(cell: list[RunConfig], error: BaseException) -> None:
+            for cfg in cell:
+                if cfg.config_hash() in to_train and before.stored_since(cfg, store) is None:
+                    failed = lost_run(cfg, error, store)
+                    store.put(failed)
+                    collect(failed)
+
+        run_in_processes(todo, workers, submit, done, lost)
     outcome.seconds = time.perf_counter() - start
     return outcome

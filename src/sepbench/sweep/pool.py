@@ -9,12 +9,14 @@ import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, ContextManager, Iterable, Iterator
+from multiprocessing.queues import SimpleQueue
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Iterator, Sequence, TypeVar
 
 from sepbench.config import RunConfig
 from sepbench.store import Store
@@ -24,6 +26,9 @@ from sepbench.train.result import RunResult
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
+
+J = TypeVar("J")
+T = TypeVar("T")
 
 
 def warm_up(threads: int) -> None:
@@ -50,17 +55,35 @@ def _exit_with_parent(parent: int, poll_seconds: float = 1.0) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def executor_initializer(parent: int) -> None:
+_started: SimpleQueue | None = None
+"""In an executor's worker: where it says which job it begins (``run_in_processes``)."""
+
+
+def executor_initializer(parent: int, started: SimpleQueue | None = None) -> None:
     """Initializer for a ProcessPoolExecutor's workers (grouped and halving sweeps): one intra-op thread, SIGINT
     left to the parent, SIGTERM checkpointing the runs in training, and an exit when ``parent`` is gone."""
     import torch
 
     from sepbench.train.stopping import stop_runs_on
 
+    global _started
+    _started = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop_runs_on(signal.SIGTERM)
     torch.set_num_threads(1)
     _exit_with_parent(parent)
+
+
+def _begun(job: int, function: Callable[..., T], *args: object) -> T:
+    """Say that ``job`` begins (a synchronous write: it is in the pipe before the worker can die), then run it; a
+    worker told to stop (its pool broke) begins no new job."""
+    from sepbench.train.stopping import RunInterrupted, stop_requested
+
+    if stop_requested():
+        raise RunInterrupted(f"job {job} not begun: the worker was stopped")
+    if _started is not None:
+        _started.put(job)
+    return function(*args)
 
 
 @contextlib.contextmanager
@@ -85,6 +108,51 @@ def await_the_rest(executor: ProcessPoolExecutor, error: BaseException) -> None:
     run it lost (``lost_run``) must be read after that last save."""
     if isinstance(error, BrokenProcessPool):
         executor.shutdown(wait=True)
+
+
+def run_in_processes(jobs: Sequence[J], workers: int, submit: Callable[[J], tuple[Callable[..., T], tuple]],
+                     done: Callable[[J, T], None], lost: Callable[[J, BaseException], None]) -> None:
+    """Run each job (``submit`` gives the function and arguments) in a pool of ``workers`` spawned processes,
+    calling ``done`` with its value or ``lost`` with its error as each ends. A worker that dies breaks the pool and
+    fails every job in it: those that had begun are ``lost``; those not begun run in a new pool, while a pool
+    began any."""
+    todo = list(range(len(jobs)))
+    while todo:
+        again: dict[int, BaseException] = {}
+        context = multiprocessing.get_context("spawn")
+        started = context.SimpleQueue()
+        begun: set[int] = set()
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                                 initializer=executor_initializer, initargs=(os.getpid(), started)) as pool, \
+                stopped_on_interrupt(pool):
+            futures = {pool.submit(_begun, i, *_flat(submit(jobs[i]))): i for i in todo}
+            remaining = set(futures)
+            while remaining:
+                finished, remaining = wait_futures(remaining, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = futures[future]
+                    try:
+                        value = future.result()
+                    except Exception as error:  # noqa: BLE001 - a job that raised, or lost to a broken pool
+                        await_the_rest(pool, error)
+                        while not started.empty():
+                            begun.add(started.get())
+                        if isinstance(error, BrokenProcessPool) and i not in begun:
+                            again[i] = error
+                        else:
+                            lost(jobs[i], error)
+                        continue
+                    done(jobs[i], value)
+        if not begun:  # a new pool would break alike
+            for i, error in again.items():
+                lost(jobs[i], error)
+            again = {}
+        todo = sorted(again)
+
+
+def _flat(call: tuple[Callable[..., T], tuple]) -> tuple:
+    function, args = call
+    return (function, *args)
 
 
 def _worker_main(conn: Connection, parent: int) -> None:

@@ -23,9 +23,15 @@ def describe(result: RunResult) -> str:
     return f"{text} acc={result.accuracy:.3f} ({result.wall_seconds:.1f} s)"
 
 
+def trained_any(result: RunResult) -> bool:
+    """Whether the run trained at all: one refused for memory, or failed before its first step, did not."""
+    return result.steps > 0 or bool(result.curve)
+
+
 class SweepProgress:
     """Counts finished runs; ``advance(result)`` after each. With a ``Workload``, the ETA is the work left at the
-    pace of the work done so far; without one, it assumes the remaining runs cost the mean so far."""
+    pace of the work done so far; without one, it assumes the remaining runs cost the mean of those that trained
+    so far (a run that did not train, as one refused for memory, ends at once and says nothing of the cost)."""
 
     def __init__(self, name: str, total: int, console: Console, live: bool | None = None,
                  workload: Workload | None = None, clock: Callable[[], float] = time.perf_counter,
@@ -34,6 +40,8 @@ class SweepProgress:
         self.at_most = at_most
         """``total`` is an upper bound (a bisection visits fewer runs than it may)"""
         self.done = 0
+        self.trained = 0
+        """finished runs that trained at least a step (``trained_any``)"""
         self.finished: set[str] = set()
         """config hashes of the runs advanced so far"""
         self.live = console.is_terminal if live is None else live
@@ -47,6 +55,7 @@ class SweepProgress:
         self._job = self._bar.add_task(name, total=total, eta="-")
 
     def eta_seconds(self) -> float | None:
+        """Seconds left, estimated; None until a run has trained (no pace to go by yet)."""
         if not self.done:
             return None
         elapsed = self.clock() - self.start
@@ -54,10 +63,13 @@ class SweepProgress:
             done, left = self.workload.progress(self._reached)
             if done > 0:
                 return elapsed * left / done
-        return elapsed / self.done * max(self.total - self.done, 0)
+        if not self.trained:
+            return None
+        return elapsed / self.trained * max(self.total - self.done, 0)
 
     def advance(self, result: RunResult) -> None:
         self.done += 1
+        self.trained += int(trained_any(result))
         self.finished.add(result.config_hash)
         if self.workload is not None and result.config_hash in self.workload.step_seconds:
             self._reached[result.config_hash] = result.steps
@@ -65,12 +77,13 @@ class SweepProgress:
             self.total = self.done
             self._bar.update(self._job, total=self.total)
         eta = self.eta_seconds()
+        bound = "<=" if self.at_most else ""
+        left = "-" if eta is None else f"{bound}{eta:.0f} s"
         if self.live:
-            self._bar.update(self._job, advance=1, eta=f"{eta:.0f} s")
+            self._bar.update(self._job, advance=1, eta=left)
             self._bar.console.print(describe(result), markup=False, highlight=False)
         else:
-            bound = "<=" if self.at_most else ""
-            self.console.print(f"[{self.done}/{bound}{self.total}] {describe(result)}; ETA {bound}{eta:.0f} s",
+            self.console.print(f"[{self.done}/{bound}{self.total}] {describe(result)}; ETA {left}",
                                markup=False, highlight=False, soft_wrap=True)
 
     def __enter__(self) -> "SweepProgress":

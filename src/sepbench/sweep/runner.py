@@ -29,6 +29,10 @@ class Executor(Protocol):
     def __call__(self, configs: list[RunConfig], store: Store, on_result: OnResult) -> None: ...
 
 
+REFUSED_FOR_MEMORY = "out of memory (estimated before training)"
+"""The kind of failure of a run refused before training: its memory estimate is above what the device has free."""
+
+
 def failed_result(config: RunConfig, error: BaseException, kind: str | None = None) -> RunResult:
     """A run that raised: recorded with its error so the sweep goes on and the grid shows the hole."""
     from sepbench.train.environment import code_version, package_version
@@ -98,7 +102,7 @@ def execute(config: RunConfig, keeping: Keeping | None = None) -> RunResult:
         check_memory(config, resolve_device(config.device))
         return train(config, progress=False, keeping=keeping, keep_checkpoint=True)
     except MemoryRefused as error:
-        return failed_result(config, error, "out of memory (estimated before training)")
+        return failed_result(config, error, REFUSED_FOR_MEMORY)
     except Exception as error:  # noqa: BLE001 - any crash of one run is that run's result
         return failed_result(config, error, "out of memory" if is_out_of_memory(error) else None)
 

@@ -67,7 +67,9 @@ def workload(todo: Sequence[RunConfig], store: Store, searched: Sequence[tuple[R
     resumes from (``resumed_at``)."""
     from sepbench.sweep.halving import group_cells
 
-    todo = list({cfg.config_hash(): cfg for cfg in todo}.values())
+    todo = [cfg for cfg in {cfg.config_hash(): cfg for cfg in todo}.values() if not refused_now(cfg)]
+    kept = {cfg.config_hash() for cfg in todo}
+    searched = [(cfg, share) for cfg, share in searched if cfg.config_hash() in kept or not refused_now(cfg)]
     if not todo:
         return Workload({}, [], {}, store)
     resumed = resumed_at(todo, store)
@@ -87,6 +89,19 @@ def workload(todo: Sequence[RunConfig], store: Store, searched: Sequence[tuple[R
     cells += [Cell((cfg.config_hash(),), float(max(cfg.train.steps - resumed[cfg.config_hash()], 0)))
               for cfg in todo if cfg.config_hash() not in in_searches]
     return Workload(step_seconds(todo, store), cells, resumed, store)
+
+
+def refused_now(config: RunConfig) -> bool:
+    """Whether the run's memory estimate is above what its device has free now: it will end at once, untrained,
+    and is no work."""
+    from sepbench.train.environment import resolve_device
+    from sepbench.train.memory import MemoryRefused, check_memory
+
+    try:
+        check_memory(config, resolve_device(config.device))
+    except MemoryRefused:
+        return True
+    return False
 
 
 def resumed_at(todo: Sequence[RunConfig], store: Store) -> dict[str, int]:
