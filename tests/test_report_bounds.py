@@ -41,8 +41,11 @@ def test_every_recurrent_curve_is_the_smallest_width_whose_state_holds_the_bound
     step = {"linear_transformer": config.heads, "retnet": 2 * config.heads}.get(name, 1)
     for n, width in zip(lengths, curve.widths):
         m = rnn_equality(n, P).value
+        if math.isnan(width):  # the smallest model already holds m: the bound rules out no width
+            assert state_at(config, step, n) >= m
+            continue
         assert width % step == 0 and state_at(config, width, n) >= m
-        assert width == step or state_at(config, width - step, n) < m
+        assert width > step and state_at(config, width - step, n) < m
 
 
 def counted_layers(layers: int) -> str:
@@ -64,18 +67,18 @@ def test_a_series_of_several_configs_gets_the_smallest_width_any_of_them_allows(
     (curve,) = theory_bounds("index_lookup", [both], [16384])
     assert curve.widths == [14]
     mixed = Series((ModelConfig(name="transformer", heads=2), ModelConfig(name="transformer", heads=4)))
-    (curve,) = theory_bounds("dyck", [mixed], [64])
-    assert curve.widths == [one_layer_dyck(64, P).value / 4] and "; as m at H = 2/4" in curve.label
+    (curve,) = theory_bounds("dyck", [mixed], [4096])
+    assert curve.widths == [one_layer_dyck(4096, P).value / 4] and "; as m at H = 2/4" in curve.label
 
 
 def test_a_width_past_the_widest_model_is_not_drawn():
     assert width_holding(ModelConfig(name="lstm"), 2 * 65536 + 1, 10) is None
-    (curve,) = theory_bounds("index_lookup", [series("lstm")], [10**7])
-    assert math.isnan(curve.widths[0])
+    (curve,) = theory_bounds("index_lookup", [series("lstm")], [4096, 10**7])
+    assert curve.widths[0] == 64 and math.isnan(curve.widths[1])
 
 
 def test_one_layer_bounds_are_drawn_only_for_one_layer_transformers_with_their_own_heads():
-    lengths = [64, 256]
+    lengths = [4096, 16384]
     plotted = [series("transformer", 1, heads=2), series("transformer", 2), series("lstm"), series("mamba", 1)]
     (curve,) = theory_bounds("dyck", plotted, lengths)
     assert curve.series == "transformer, 1 layer" and curve.label.startswith("transformer, 1 layer: Thm 5, ")
@@ -86,3 +89,12 @@ def test_one_layer_bounds_are_drawn_only_for_one_layer_transformers_with_their_o
                               ("transformer, 1 layer", "Thm 12")]
     assert curves["transformer, 1 layer", "Thm 12"].widths == [one_layer_equality(n, P).value / 2 for n in lengths]
     assert theory_bounds("dyck", [series("transformer", 2), series("lstm", 3)], lengths) == []
+
+
+def test_a_bound_every_width_meets_is_not_a_curve():
+    """Thm 5 at N = 64 asks mH >= 0.55: every one-layer Transformer meets it; Thm 3 at N = 64 asks 2 state floats,
+    which the narrowest LSTM holds."""
+    assert theory_bounds("dyck", [series("transformer", 1, heads=2)], [64]) == []
+    assert theory_bounds("index_lookup", [series("lstm")], [64]) == []
+    (curve,) = theory_bounds("index_lookup", [series("lstm")], [64, 4096])
+    assert math.isnan(curve.widths[0]) and curve.widths[1] == 64

@@ -99,27 +99,35 @@ def width_holding(config: ModelConfig, numbers: float, length: int) -> int | Non
     return hi * step
 
 
+def _binding(config: ModelConfig, numbers: float, length: int) -> float | None:
+    """``width_holding``, but NaN where even the smallest width holds ``numbers`` (the bound rules nothing out)."""
+    width = width_holding(config, numbers, length)
+    return math.nan if width is not None and width == _width_step(config, length) else width
+
+
 def _least(widths: Sequence[float | None]) -> float:
     found = [w for w in widths if w is not None]
-    return min(found) if found else math.nan
+    return math.nan if not found or any(math.isnan(w) for w in found) else min(found)
 
 
 def _recurrent_widths(series: Series, values: Sequence[float], lengths: Sequence[int]) -> list[float]:
     """Bhattamishra et al. 2024, Thms. 3, 8, 11 and Prop. 9 bound m, the p-bit numbers the recurrent state holds:
-    per length, the smallest width whose model (any of the series' configs) holds m state floats."""
-    return [_least([width_holding(config, m, n) for config in series.configs]) for m, n in zip(values, lengths)]
+    per length, the smallest width whose model (any of the series' configs) holds m state floats; none where every
+    width does."""
+    return [_least([_binding(config, m, n) for config in series.configs]) for m, n in zip(values, lengths)]
 
 
 def _one_layer_widths(series: Series, values: Sequence[float]) -> list[float]:
     """Bhattamishra et al. 2024, Thms. 5 and 12 bound width x heads mH of a one-layer Transformer: m = bound / H,
-    with the most heads among the series' configs."""
+    with the most heads among the series' configs; none where that is at most one (every width meets it)."""
     heads = max(_heads(config) for config in series.configs)
-    return [value / heads for value in values]
+    return [value / heads if value / heads > 1 else math.nan for value in values]
 
 
 def theory_bounds(task: str, series: Sequence[Series], lengths: Sequence[int],
                   precision: int = TRAINING_PRECISION) -> list[BoundCurve]:
-    """Per plotted series and bound on ``task`` that constrains it: the smallest width the bound allows per length.
+    """Per plotted series and bound on ``task`` that constrains it: the smallest width the bound allows per length
+    (NaN where it rules out no width; a bound that rules out none at any of ``lengths`` is left out).
 
     A recurrent series gets each recurrent bound as the width whose state holds m numbers; only a one-layer
     ``transformer`` series gets the one-layer bounds on mH, as m = bound / H with its own H heads.
@@ -136,6 +144,8 @@ def theory_bounds(task: str, series: Sequence[Series], lengths: Sequence[int],
                 widths, how = _one_layer_widths(one, values), f"as m at H = {heads}"
             else:
                 continue
+            if all(math.isnan(w) for w in widths):
+                continue  # it rules out no width at these lengths
             label = f"{one.name}: {sample.theorem}, {sample.statement} (p = {precision}); {how}"
             curves.append(BoundCurve(one.name, label, widths))
     return curves

@@ -251,8 +251,8 @@ def min_width_vs_length(results: Sequence[RunResult], rule: SolvedRule,
         bound_text = ("dashed, in each series' colour: the smallest width that the paper's lower bounds at p = 32 "
                       "bits allow that series (a recurrent model's width whose state holds the bound's m numbers, "
                       "a one-layer Transformer's m = bound on mH / H)"
-                      if drawn else f"no lower bound of Bhattamishra et al. 2024 constrains {models} on {task}, so "
-                      "none is drawn")
+                      if drawn else f"no lower bound of Bhattamishra et al. 2024 rules out a width of {models} on "
+                      f"{task} at these lengths, so none is drawn")
         figures.append(Figure(f"min_width_{task}", f"Smallest solving width against length: {task}",
                               "Bhattamishra et al. 2024, Fig. 3 and Thms. 3, 5 (size against N)",
                               f"Smallest width whose best learning rate is solved "

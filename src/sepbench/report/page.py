@@ -91,14 +91,17 @@ def _unsolved_cell(cells: pd.DataFrame) -> str:
 
 def not_trained_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.DataFrame:
     """Runs that failed, diverged or were pruned, one row per (cell, learning rate, status, error), with how the
-    analysis counts them: a failed cell (none of its runs trained), a losing learning rate (another learning rate of
-    the cell trained) or a left-out seed (other seeds at this learning rate trained)."""
+    analysis counts them: a failed cell (none of its runs trained, or crashed runs could have solved it, as
+    ``select_lr`` judges), a losing learning rate (another learning rate of the cell trained) or a left-out seed
+    (other seeds at this learning rate trained)."""
     bad = [r for r in results if r.status in NOT_TRAINED]
     columns = ["task", "model", "length", "layers", "width", "lr", "status", "seeds", "counts as", "reason"]
     if not bad:
         return pd.DataFrame(columns=columns)
     runs = runs_frame(results)
     trained_lrs = runs[runs.trained].groupby("cell").lr.agg(set).to_dict()
+    cells = select_lr(results, rule)
+    failed_cells = set(cells.cell[cells.verdict == "failed"])
     groups: dict[tuple, list[int]] = {}
     for r in bad:
         cfg = r.config
@@ -108,7 +111,10 @@ def not_trained_table(results: Sequence[RunResult], rule: SolvedRule) -> pd.Data
     rows = []
     for key, seeds in sorted(groups.items()):
         lrs = trained_lrs.get(key[8], set())
-        counts = "left-out seed" if key[5] in lrs else "losing lr" if lrs else "failed cell"
+        if key[8] in failed_cells and key[6] == "failed" or not lrs:
+            counts = "failed cell"
+        else:
+            counts = "left-out seed" if key[5] in lrs else "losing lr"
         rows.append(dict(zip(columns, [*key[:7], ", ".join(map(str, sorted(seeds))), counts, key[7]])))
     return pd.DataFrame(rows, columns=columns)
 
