@@ -225,7 +225,7 @@ class KilledWhileStoring(BaseException):
 
 @pytest.mark.parametrize("path", ["run", "sweep"])
 def test_a_run_killed_before_its_result_is_stored_resumes_finished_from_its_checkpoint(tmp_path, monkeypatch, path):
-    cfg = config(checkpoint_every=300)  # no save falls due while it trains: only the finish keeps the training
+    cfg = config(checkpoint_every=1e-9)  # saves as it trains; the finish brings its checkpoint to the last step
     store = Store(tmp_path / "runs.db")
 
     def store_it() -> None:

@@ -161,3 +161,21 @@ def test_cli_sweep_takes_a_group_size(tmp_path):
     assert len(Store(store)) == 6
     refused = runner.invoke(app, ["sweep", str(spec), "--group-size", "0", "--store", str(store)])
     assert refused.exit_code == 2
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["stacked", "alone"])
+def test_members_keep_their_checkpoints_for_a_caller_that_stores_the_results_later(tmp_path, dropout):
+    """A Ray group task returns its results when the whole group ends and the driver stores them: the members'
+    checkpoints must outlive the task (``discard=False``) until the driver has stored each one."""
+    from sepbench.train.keeping import Keeping, checkpoint_file
+
+    configs = [config("transformer", seed, 1e-3, checkpoint_every=1e-9) for seed in (0, 1)]
+    configs = [c.model_copy(update={"model": c.model.model_copy(update={"dropout": dropout})}) for c in configs]
+    keeping = Keeping(tmp_path)
+    results = train_group(configs, keeping=keeping, discard=False)
+    assert all(checkpoint_file(tmp_path, c.config_hash()).exists() for c in configs)
+    for result in results:
+        keeping.stored(result)
+    assert not list(tmp_path.glob("*.pt"))
+    train_group(configs, keeping=Keeping(tmp_path / "local"))
+    assert not list((tmp_path / "local").glob("*.pt"))

@@ -7,6 +7,7 @@ from sepbench import RunConfig, Store, build_model, build_task
 from sepbench.models.accounting import measure_flops
 from sepbench.cli import app
 from sepbench.config import apply_overrides
+from sepbench.report.page import not_trained_table
 from sepbench.sweep.search import (SolvedRule, bisect_widths, estimate_forward_flops, estimate_paper_flops, fit_log_law,
                                    fit_power_law, min_flops_table, min_width_table, runs_frame, search_min_width,
                                    select_lr, smallest_solving)
@@ -282,7 +283,7 @@ def test_a_width_whose_runs_did_not_train_is_left_open_not_unsolved(tmp_path, st
         store.put(not_trained({"task.length": 12, "model.width": 4, "seed": seed}, status, "boom"))
     search = search_min_width(BASE, [12], [4, 8, 16], SolvedRule(), store)
     assert search.trained == 0 and search.smallest == {12: 8}
-    assert search.failed == {12: {4: f"{status}: boom"}} and search.undetermined_below(12) == [4]
+    assert search.failed == {12: {4: f"{status}: 3 {status} (boom)"}} and search.undetermined_below(12) == [4]
     assert search.left_out([4, 8, 16]) == {12: "a failed width leaves it open"}
     args = ["minwidth", "--task", "index_lookup", "--model", "lstm", "--lengths", "12", "--widths", "4,8,16",
             "--steps", "5", "--device", "cpu", "--store", str(store.path)]
@@ -303,9 +304,11 @@ def test_a_width_whose_other_learning_rate_crashed_is_failed_alike_in_the_table_
     table = min_width_table(store.results()).set_index("length")
     assert table.min_width[12] == 8 and not table.exact[12]
     assert table.reason[12] == "at most 8: width 4 failed (lr 0.01: 3 failed (boom))"
+    (row,) = not_trained_table(store.results(), SolvedRule()).to_dict("records")
+    assert (row["width"], row["counts as"]) == (4, "failed cell")  # not a losing lr: it could have won
     lrs = [RunConfig.build(BASE).train.lr, 1e-2]
     search = search_min_width(BASE, [12], [4, 8, 16], SolvedRule(), store, lrs=lrs)
-    assert search.smallest == {12: 8} and search.failed == {12: {4: "failed: boom"}}
+    assert search.smallest == {12: 8} and search.failed == {12: {4: "failed: lr 0.01: 3 failed (boom)"}}
     run_once = [stored({"task.length": 12, "model.width": 4, "seed": s, "train.lr": 1e-2}, 0.3) for s in range(3)]
     assert select_lr(run_once + store.results(status="completed")).query("width == 4").verdict.iloc[0] == "unsolved"
 

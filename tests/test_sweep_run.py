@@ -589,3 +589,18 @@ def test_a_progress_total_that_is_an_upper_bound_says_so():
                                    wall_seconds=1.0, metrics={"accuracy": 0.5}))
     line = out.getvalue().strip()
     assert line.startswith("[1/<=4] lstm-(1, 8)") and "; ETA <=" in line
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_process_jobs_that_outnumber_what_the_begin_pipe_holds_all_finish():
+    """Each job says it begins on a pipe of 64 KiB; read only on a failure, it would fill and hang the sweep."""
+    from sepbench.sweep.pool import run_in_processes
+
+    done: dict[int, int] = {}
+    lost: list[int] = []
+    run_in_processes(list(range(5000)), 2, lambda job: (_square, (job,)), done.__setitem__,
+                     lambda job, error: lost.append(job))
+    assert not lost and len(done) == 5000 and done[4999] == 4999 ** 2

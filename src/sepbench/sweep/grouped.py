@@ -48,9 +48,10 @@ def in_groups(size: int, run_groups: RunGroups) -> Executor:
     return run
 
 
-def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keeping | None = None) -> None:
+def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keeping | None = None,
+                  discard: bool = True) -> None:
     """Train one group, its members keeping their progress as ``keeping`` says; each member's result goes to
-    ``on_result`` when final, a crash fails the members left."""
+    ``on_result`` when final, a crash fails the members left. ``discard``: as ``train_group``'s."""
     from sepbench.train.group import train_group
     from sepbench.train.memory import MemoryRefused, is_out_of_memory
 
@@ -62,7 +63,7 @@ def execute_group(configs: list[RunConfig], on_result: OnResult, keeping: Keepin
 
     try:
         check_group_memory(configs)
-        train_group(configs, on_result=record, keeping=keeping)
+        train_group(configs, on_result=record, keeping=keeping, discard=discard)
     except MemoryRefused as error:
         for cfg in configs:
             record(failed_result(cfg, error, REFUSED_FOR_MEMORY))
@@ -106,7 +107,7 @@ def _group_remote(configs_json: list[str], keeping: Keeping) -> list[str]:
     torch.set_num_threads(1)
     results: list[str] = []
     execute_group([RunConfig.model_validate_json(c) for c in configs_json], lambda r: results.append(r.model_dump_json()),
-                  keeping)
+                  keeping, discard=False)  # the driver stores the results, then discards the checkpoints
     return results
 
 
@@ -131,10 +132,11 @@ def run_groups_local(groups: list[list[RunConfig]], store: Store, on_result: OnR
 
     def lost(group: list[RunConfig], error: BaseException) -> None:
         for cfg in group:
-            if before.stored_since(cfg, store) is None:
+            result = before.stored_since(cfg, store)  # the worker stored the members it finished
+            if result is None:
                 result = lost_run(cfg, error, store)
                 store.put(result)
-                on_result(result)
+            on_result(result)
 
     run_in_processes(groups, workers, submit, done, lost)
 
@@ -159,6 +161,7 @@ def run_groups_ray(groups: list[list[RunConfig]], store: Store, on_result: OnRes
                     results = [lost_run(c, error, store) for c in refs[ref]]
                 for result in results:
                     store.put(result)
+                    keeping.stored(result)
                     on_result(result)
     finally:
         if started_here:

@@ -342,11 +342,12 @@ def run_halving(configs: Sequence[RunConfig], store: Store, workers: int = 1, et
                 collect(RunResult.model_validate_json(result))
 
         def lost(cell: list[RunConfig], error: BaseException) -> None:
-            for cfg in cell:
-                if cfg.config_hash() in to_train and before.stored_since(cfg, store) is None:
-                    failed = lost_run(cfg, error, store)
-                    store.put(failed)
-                    collect(failed)
+            for cfg in (c for c in cell if c.config_hash() in to_train):
+                result = before.stored_since(cfg, store)  # the worker stored the runs it cut or finished
+                if result is None:
+                    result = lost_run(cfg, error, store)
+                    store.put(result)
+                collect(result)
 
         run_in_processes(todo, workers, submit, done, lost)
     outcome.seconds = time.perf_counter() - start

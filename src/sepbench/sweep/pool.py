@@ -129,14 +129,14 @@ def run_in_processes(jobs: Sequence[J], workers: int, submit: Callable[[J], tupl
             remaining = set(futures)
             while remaining:
                 finished, remaining = wait_futures(remaining, return_when=FIRST_COMPLETED)
+                _drain(started, begun)  # each wait: a pipe left full would block the next job's start
                 for future in finished:
                     i = futures[future]
                     try:
                         value = future.result()
                     except Exception as error:  # noqa: BLE001 - a job that raised, or lost to a broken pool
                         await_the_rest(pool, error)
-                        while not started.empty():
-                            begun.add(started.get())
+                        _drain(started, begun)
                         if isinstance(error, BrokenProcessPool) and i not in begun:
                             again[i] = error
                         else:
@@ -148,6 +148,11 @@ def run_in_processes(jobs: Sequence[J], workers: int, submit: Callable[[J], tupl
                 lost(jobs[i], error)
             again = {}
         todo = sorted(again)
+
+
+def _drain(started: SimpleQueue, begun: set[int]) -> None:
+    while not started.empty():
+        begun.add(started.get())
 
 
 def _flat(call: tuple[Callable[..., T], tuple]) -> tuple:

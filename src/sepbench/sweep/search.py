@@ -282,8 +282,9 @@ def search_min_width(base: dict[str, Any], lengths: Sequence[int], widths: Seque
             cells = select_lr(runs, rule)
             verdicts[length] = bool(len(cells)) and bool(cells.solved.iloc[0])
             if len(cells) and cells.verdict.iloc[0] == "failed":
-                first = min((r for r in runs if r.status in ("failed", "diverged")), key=lambda r: r.status != "failed")
-                search.failed.setdefault(length, {})[asked[length]] = f"{first.status}: {first.error}"
+                failure = cells.failure.iloc[0]
+                status = "failed" if "failed" in failure.split("/") else failure
+                search.failed.setdefault(length, {})[asked[length]] = f"{status}: {cells.reason.iloc[0]}"
         return verdicts
 
     search.smallest, search.checked = bisect_widths(widths, sorted(set(lengths)), judge)

@@ -67,9 +67,9 @@ def workload(todo: Sequence[RunConfig], store: Store, searched: Sequence[tuple[R
     resumes from (``resumed_at``)."""
     from sepbench.sweep.halving import group_cells
 
-    todo = [cfg for cfg in {cfg.config_hash(): cfg for cfg in todo}.values() if not refused_now(cfg)]
-    kept = {cfg.config_hash() for cfg in todo}
-    searched = [(cfg, share) for cfg, share in searched if cfg.config_hash() in kept or not refused_now(cfg)]
+    refused = Refusals()
+    todo = [cfg for cfg in {cfg.config_hash(): cfg for cfg in todo}.values() if not refused(cfg)]
+    searched = [(cfg, share) for cfg, share in searched if not refused(cfg)]
     if not todo:
         return Workload({}, [], {}, store)
     resumed = resumed_at(todo, store)
@@ -91,17 +91,32 @@ def workload(todo: Sequence[RunConfig], store: Store, searched: Sequence[tuple[R
     return Workload(step_seconds(todo, store), cells, resumed, store)
 
 
-def refused_now(config: RunConfig) -> bool:
-    """Whether the run's memory estimate is above what its device has free now: it will end at once, untrained,
-    and is no work."""
-    from sepbench.train.environment import resolve_device
-    from sepbench.train.memory import MemoryRefused, check_memory
+class Refusals:
+    """Whether a run's memory estimate is above what its device has free now (it will end at once, untrained, and
+    is no work), asked once per cell: seed and learning rate do not change it. A CUDA device this process has not
+    started is not asked (asking would start it in the sweep's parent)."""
 
-    try:
-        check_memory(config, resolve_device(config.device))
-    except MemoryRefused:
-        return True
-    return False
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], bool] = {}
+
+    def __call__(self, config: RunConfig) -> bool:
+        import torch
+
+        from sepbench.sweep.cells import cell_key
+        from sepbench.train.environment import resolve_device
+        from sepbench.train.memory import MemoryRefused, check_memory
+
+        device = resolve_device(config.device)
+        if device.type == "cuda" and not torch.cuda.is_initialized():
+            return False
+        key = (cell_key(config), str(device))
+        if key not in self._known:
+            try:
+                check_memory(config, device)
+                self._known[key] = False
+            except MemoryRefused:
+                self._known[key] = True
+        return self._known[key]
 
 
 def resumed_at(todo: Sequence[RunConfig], store: Store) -> dict[str, int]:

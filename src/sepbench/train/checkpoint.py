@@ -39,7 +39,8 @@ SOLO, MEMBER = "solo", "member"
 def rng_states() -> dict[str, Any]:
     """The global random states a run may draw from: torch (CPU and CUDA), numpy's legacy one and Python's."""
     name, keys, position, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []  # never starts CUDA for a CPU run
+    return {"torch": torch.get_rng_state(), "cuda": cuda,
             "numpy": [name, keys.tolist(), position, has_gauss, gauss], "python": random.getstate()}
 
 

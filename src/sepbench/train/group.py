@@ -211,13 +211,14 @@ def check_group(configs: list[RunConfig]) -> None:
 
 
 def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None] | None = None,
-                keeping: Keeping | None = None) -> list[RunResult]:
+                keeping: Keeping | None = None, discard: bool = True) -> list[RunResult]:
     """Train ``configs`` (same config but for seed and lr) together; one result per config, in order.
 
     ``on_result`` is called with each member's result the moment it is final (early stop, divergence, end).
     Configs that cannot be stacked (an unsupported mixer, dropout) train alone, one after another. Where
     ``keeping`` names a folder of checkpoints each member keeps its own checkpoint there; members resumed from
-    different steps train as separate stacks.
+    different steps train as separate stacks. ``discard``: a member's checkpoint goes once ``on_result`` returns
+    (it stored the result); False leaves it to the caller that stores the results later (``Keeping.stored``).
     """
     if not configs:
         return []
@@ -229,7 +230,8 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
     def alone(i: int) -> None:
         results[i] = Trainer(configs[i], keeping).run(progress=False, delete_checkpoint=False)
         notify(results[i])  # stores it, where a sweep called: only then does its checkpoint go
-        keeping.stored(results[i])
+        if discard:
+            keeping.stored(results[i])
 
     if not stackable(configs[0]):
         for i in range(len(configs)):
@@ -249,15 +251,17 @@ def train_group(configs: list[RunConfig], on_result: Callable[[RunResult], None]
             by_step.setdefault(state["step"] if state is not None else 0, []).append(i)
     for part in by_step.values():
         stack = _GroupRun([configs[i] for i in part], notify, [files[i] for i in part], [states[i] for i in part],
-                          keeping)
+                          keeping, discard)
         results.update(zip(part, stack.run()))
     return [results[i] for i in range(len(configs))]
 
 
 class _GroupRun:
     def __init__(self, configs: list[RunConfig], notify: Callable[[RunResult], None],
-                 files: list[Checkpoint | None], states: list[dict[str, Any] | None], keeping: Keeping) -> None:
+                 files: list[Checkpoint | None], states: list[dict[str, Any] | None], keeping: Keeping,
+                 discard: bool = True) -> None:
         self.members = [_Member(c) for c in configs]
+        self.discard = discard
         for member, state in zip(self.members, states):
             if state is not None:
                 checkpoint.resume_member(member, state)
@@ -313,7 +317,7 @@ class _GroupRun:
         if self.watches[member_index] is not None:
             self.watches[member_index].close()
         self.notify(result)  # stores it, where a sweep called: only then does its checkpoint go
-        if self.files[member_index] is not None:
+        if self.discard and self.files[member_index] is not None:
             self.files[member_index].delete()
 
     def _drop(self, positions: list[int], start: float) -> None:

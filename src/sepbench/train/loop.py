@@ -305,10 +305,11 @@ class Trainer:
 
     def finish(self, delete_checkpoint: bool = True) -> RunResult:
         """The result of what was trained so far: status, final metrics, state size and training seconds.
-        ``delete_checkpoint=False``: the checkpoint is brought up to the last step trained and kept, for the caller
-        to delete once the result is stored (a kill before that rebuilds the result from it)."""
+        ``delete_checkpoint=False``: the checkpoint is kept for the caller to delete once the result is stored (a
+        kill before that resumes from it), brought up to the last step trained where the run has saved one (a run
+        shorter than ``checkpoint_every`` writes none: a kill loses no more than a periodic save would)."""
         result = self._begin()
-        if not delete_checkpoint:
+        if not delete_checkpoint and self.checkpoint is not None and self.checkpoint.saved_step > 0:
             checkpoint.save_trainer(self)
         start, self._cpu_mark = time.perf_counter(), time.process_time()
         try:
