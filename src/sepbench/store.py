@@ -111,6 +111,7 @@ def _hint(error: BaseException | None) -> str:
         return " (another process held it for over a minute; try again once that process is done)"
     return " (is it a sepbench SQLite store?)"
 
+
 class StoreError(ValueError):
     """The store cannot be read or written; the message is one line naming the path and the problem."""
 
