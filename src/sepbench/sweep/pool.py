@@ -89,7 +89,8 @@ def _begun(job: int, function: Callable[..., T], *args: object) -> T:
 @contextlib.contextmanager
 def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolExecutor]:
     """Leaving the block on an exception (Ctrl-C included): cancel the work not started and send SIGTERM to the
-    executor's workers, so each run in training saves its checkpoint and stops instead of training to its end."""
+    executor's workers, so each run in training saves its checkpoint and stops instead of training to its end; then
+    wait for them (a second Ctrl-C stops waiting), so what the command says it checkpointed is on disk."""
     try:
         yield executor
     except BaseException:
@@ -99,7 +100,13 @@ def stopped_on_interrupt(executor: ProcessPoolExecutor) -> Iterator[ProcessPoolE
             for process in workers:
                 with contextlib.suppress(OSError):
                     process.terminate()
+        for process in workers:
+            process.join(timeout=STOP_SECONDS)
         raise
+
+
+STOP_SECONDS = 300.0
+"""How long a stopped sweep waits for a worker to save its run's checkpoint and end."""
 
 
 def await_the_rest(executor: ProcessPoolExecutor, error: BaseException) -> None:
