@@ -95,3 +95,24 @@ def test_a_store_in_a_read_only_folder_is_read_as_it_is_and_left_unchanged(tmp_p
     assert reported.returncode == 0, reported.stderr  # it reads the missing softmax_vs_linear table as empty
     assert (tmp_path / "report" / "index.html").is_file()
     assert sorted(p.name for p in folder.iterdir()) == files and store.path.read_bytes() == before
+
+
+def test_a_store_another_process_holds_locked_past_the_wait_says_so_in_one_line(tmp_path, monkeypatch):
+    import sepbench.store as store_module
+    from sepbench.store import StoreError
+
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
+    store = Store(tmp_path / "runs.db")
+    store.put(fake_result(0))
+    holder = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError) as refused:
+            store.put(fake_result(1))
+    finally:
+        holder.close()
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"store {store.path} cannot be used: database is locked")
+    assert message.endswith("(another process held it for over 0.2 s; try again once that process is done)")
+    store.put(fake_result(1))
+    assert len(store) == 2

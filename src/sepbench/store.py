@@ -105,10 +105,14 @@ class Running:
 
 
 
+BUSY_SECONDS = 60.0
+"""How long a store waits for another process's lock (a sweep's workers write one run at a time) before it fails."""
+
+
 def _hint(error: BaseException | None) -> str:
     """What a user can do about an SQLite error, in brackets."""
     if "locked" in str(error) or "busy" in str(error):
-        return " (another process held it for over a minute; try again once that process is done)"
+        return f" (another process held it for over {BUSY_SECONDS:g} s; try again once that process is done)"
     return " (is it a sepbench SQLite store?)"
 
 
@@ -174,11 +178,11 @@ class Store:
         elif not self.path.exists():
             raise FileNotFoundError(f"no store at {self.path}")
         try:
-            with closing(sqlite3.connect(self.path, timeout=60.0)) as conn:
+            with closing(sqlite3.connect(self.path, timeout=BUSY_SECONDS)) as conn:
                 try:
                     _refuse_foreign(conn, self.path)
                     conn.execute("PRAGMA journal_mode=WAL")
-                    conn.execute("PRAGMA busy_timeout=60000")
+                    conn.execute(f"PRAGMA busy_timeout={int(BUSY_SECONDS * 1000)}")
                     conn.executescript(SCHEMA)
                     conn.executescript(SOFTMAX_VS_LINEAR_SCHEMA)
                 except sqlite3.OperationalError as error:  # a read-only file, folder or mount
@@ -216,7 +220,7 @@ class Store:
         for mode in ("mode=ro", *(() if pending else ("immutable=1",))):
             conn = None
             try:
-                conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=60.0)
+                conn = sqlite3.connect(f"{uri}?{mode}", uri=True, timeout=BUSY_SECONDS)
                 conn.execute("SELECT name FROM sqlite_master").fetchall()
                 return conn
             except sqlite3.DatabaseError as error:
