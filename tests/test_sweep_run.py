@@ -604,3 +604,47 @@ def test_process_jobs_that_outnumber_what_the_begin_pipe_holds_all_finish():
     run_in_processes(list(range(5000)), 2, lambda job: (_square, (job,)), done.__setitem__,
                      lambda job, error: lost.append(job))
     assert not lost and len(done) == 5000 and done[4999] == 4999 ** 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
+def test_when_a_stacked_group_s_worker_dies_the_groups_not_begun_train_in_a_new_pool(tmp_path):
+    """Two long groups train on two workers, a short one waits; one worker's death breaks the pool: the begun
+    groups' runs are stored failed, the waiting group trains to its end in a new pool."""
+    import threading
+
+    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
+            "model": {"name": "lstm", "width": 16}, "device": "cpu",
+            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
+                      "checkpoint_every": 60}}
+    configs = SweepSpec.build({"name": "stacked", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
+                               "grid": {"model.width": [8, 16]}}).expand()
+    waiting = [cfg.model_copy(update={"model": cfg.model.model_copy(update={"width": 4}),
+                                      "train": cfg.train.model_copy(update={"steps": 20})})
+               for cfg in configs[:2]]
+    store = Store(tmp_path / "runs.db")
+    killed: list[int] = []
+
+    def in_training() -> list[int]:
+        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command
+                and any(r.pid == pid and r.result.curve for r in store.running())]
+
+    def kill_one_once_both_have_evaluated() -> None:
+        deadline = time.monotonic() + 180
+        try:
+            while len(in_training()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            killed.extend(_signalled(in_training()[:1], signal.SIGKILL))
+        finally:  # found, failed or timed out: the workers end, so the sweep returns
+            if not killed:
+                _signalled([pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command],
+                           signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_one_once_both_have_evaluated)
+    killer.start()
+    run_sweep(configs + waiting, store, workers=2, group_size=2)
+    killer.join()
+    assert killed
+    assert {store.get(cfg.config_hash()).status for cfg in configs} == {"failed"}
+    assert [(store.get(cfg.config_hash()).status, store.get(cfg.config_hash()).steps) for cfg in waiting] == \
+        [("completed", 20)] * 2
