@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -386,14 +387,32 @@ def _signalled(pids: list[int], signum: int) -> list[int]:
     return pids
 
 
-def _long_halving_sweep(checkpoint_every: float) -> list[RunConfig]:
+def _long_halving_sweep(checkpoint_every: float, lr_search: str = "halving") -> list[RunConfig]:
     """Two cells of two rates each, on LSTMs whose budget outlasts any test: a worker trains until it is killed."""
     base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
             "model": {"name": "lstm", "width": 16}, "device": "cpu",
             "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
                       "checkpoint_every": checkpoint_every}}
     return SweepSpec.build({"name": "halving", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
-                            "lr_search": "halving", "grid": {"model.width": [8, 16]}}).expand()
+                            "lr_search": lr_search, "grid": {"model.width": [8, 16]}}).expand()
+
+
+def _short_cell(configs: list[RunConfig]) -> list[RunConfig]:
+    """A cell of 20-step runs (width 4) beside the first two of ``configs``: it ends long before they would."""
+    return [cfg.model_copy(update={"model": cfg.model.model_copy(update={"width": 4}),
+                                   "train": cfg.train.model_copy(update={"steps": 20})}) for cfg in configs[:2]]
+
+
+def _with_one_worker_killed(store: Store, sweep: Callable[[], object]) -> list[int]:
+    """Run ``sweep`` while a thread kills one of its pool workers; the pids killed."""
+    import threading
+
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_one_worker_once_two_have_evaluated, args=(store, killed))
+    killer.start()
+    sweep()
+    killer.join()
+    return killed
 
 
 @pytest.mark.slow
@@ -446,45 +465,38 @@ def test_runs_a_dead_halving_worker_left_are_stored_failed_with_their_checkpoint
         assert ("--retry-failed resumes it" in result.error) == (store.checkpoints / f"{cfg.config_hash()}.pt").exists()
 
 
+def _kill_one_worker_once_two_have_evaluated(store: Store, killed: list[int]) -> None:
+    """SIGKILL one of this process's pool workers once two of them train a run that has evaluated; whatever
+    happens, the workers end (all killed if none was found in time), so the sweep under test returns."""
+    def in_training() -> list[int]:
+        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command
+                and any(r.pid == pid and r.result.curve for r in store.running())]
+
+    deadline = time.monotonic() + 180
+    try:
+        while len(in_training()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed.extend(_signalled(in_training()[:1], signal.SIGKILL))
+    finally:
+        if not killed:
+            _signalled([pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command],
+                       signal.SIGKILL)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers in /proc")
 def test_when_one_halving_worker_dies_the_others_runs_are_stored_with_their_last_checkpoints_curves(tmp_path):
     """A dead worker breaks the pool, whose executor fails every run and then sends the other workers SIGTERM, on
     which each saves its checkpoint once more: a run's stored curve is that last save, not one read before it.
     A cell the broken pool had not begun is not failed with them: it trains in a new pool."""
-    import threading
-
     import torch
 
     from sepbench.sweep.halving import run_halving
 
     configs = _long_halving_sweep(checkpoint_every=60)
-    waiting = [cfg.model_copy(update={"model": cfg.model.model_copy(update={"width": 4}),
-                                      "train": cfg.train.model_copy(update={"steps": 20})})
-               for cfg in configs[:2]]
+    waiting = _short_cell(configs)
     store = Store(tmp_path / "runs.db")
-    killed: list[int] = []
-
-    def in_training() -> list[int]:
-        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command
-                and any(r.pid == pid and r.result.curve for r in store.running())]
-
-    def kill_one_once_both_have_evaluated() -> None:
-        deadline = time.monotonic() + 180
-        try:
-            while len(in_training()) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            killed.extend(_signalled(in_training()[:1], signal.SIGKILL))
-        finally:  # found, failed or timed out: the workers end, so run_halving returns
-            if not killed:
-                _signalled([pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command],
-                           signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_one_once_both_have_evaluated)
-    killer.start()
-    run_halving(configs + waiting, store, workers=2, finalists=1)
-    killer.join()
-    assert killed
+    assert _with_one_worker_killed(store, lambda: run_halving(configs + waiting, store, workers=2, finalists=1))
     assert {store.get(cfg.config_hash()).status for cfg in waiting} <= {"completed", "solved", "pruned"}
     assert {store.get(cfg.config_hash()).steps for cfg in waiting} <= {10, 20}
     kept = {}
@@ -611,40 +623,11 @@ def test_process_jobs_that_outnumber_what_the_begin_pipe_holds_all_finish():
 def test_when_a_stacked_group_s_worker_dies_the_groups_not_begun_train_in_a_new_pool(tmp_path):
     """Two long groups train on two workers, a short one waits; one worker's death breaks the pool: the begun
     groups' runs are stored failed, the waiting group trains to its end in a new pool."""
-    import threading
 
-    base = {"task": {"name": "index_lookup", "length": 12, "options": {"alphabet_size": 8}},
-            "model": {"name": "lstm", "width": 16}, "device": "cpu",
-            "train": {"steps": 100_000, "eval_every": 5, "eval_samples": 100, "batch_size": 32, "warmup_steps": 5,
-                      "checkpoint_every": 60}}
-    configs = SweepSpec.build({"name": "stacked", "base": base, "lr_grid": [1e-2, 1e-3], "seeds": [0],
-                               "grid": {"model.width": [8, 16]}}).expand()
-    waiting = [cfg.model_copy(update={"model": cfg.model.model_copy(update={"width": 4}),
-                                      "train": cfg.train.model_copy(update={"steps": 20})})
-               for cfg in configs[:2]]
+    configs = _long_halving_sweep(checkpoint_every=60, lr_search="grid")
+    waiting = _short_cell(configs)
     store = Store(tmp_path / "runs.db")
-    killed: list[int] = []
-
-    def in_training() -> list[int]:
-        return [pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command
-                and any(r.pid == pid and r.result.curve for r in store.running())]
-
-    def kill_one_once_both_have_evaluated() -> None:
-        deadline = time.monotonic() + 180
-        try:
-            while len(in_training()) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            killed.extend(_signalled(in_training()[:1], signal.SIGKILL))
-        finally:  # found, failed or timed out: the workers end, so the sweep returns
-            if not killed:
-                _signalled([pid for pid, command in _descendants(os.getpid()).items() if b"spawn_main" in command],
-                           signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_one_once_both_have_evaluated)
-    killer.start()
-    run_sweep(configs + waiting, store, workers=2, group_size=2)
-    killer.join()
-    assert killed
+    assert _with_one_worker_killed(store, lambda: run_sweep(configs + waiting, store, workers=2, group_size=2))
     assert {store.get(cfg.config_hash()).status for cfg in configs} == {"failed"}
     assert [(store.get(cfg.config_hash()).status, store.get(cfg.config_hash()).steps) for cfg in waiting] == \
         [("completed", 20)] * 2
