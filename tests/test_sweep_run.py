@@ -623,7 +623,6 @@ def test_process_jobs_that_outnumber_what_the_begin_pipe_holds_all_finish():
 def test_when_a_stacked_group_s_worker_dies_the_groups_not_begun_train_in_a_new_pool(tmp_path):
     """Two long groups train on two workers, a short one waits; one worker's death breaks the pool: the begun
     groups' runs are stored failed, the waiting group trains to its end in a new pool."""
-
     configs = _long_halving_sweep(checkpoint_every=60, lr_search="grid")
     waiting = _short_cell(configs)
     store = Store(tmp_path / "runs.db")
