@@ -116,3 +116,15 @@ def test_a_store_another_process_holds_locked_past_the_wait_says_so_in_one_line(
     assert message.endswith("(another process held it for over 0.2 s; try again once that process is done)")
     store.put(fake_result(1))
     assert len(store) == 2
+
+
+def test_texts_reads_the_stored_rows_asked_for_unparsed_in_one_pass(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    assert store.texts(["0123456789abcdef"]) == {}
+    results = [fake_result(seed) for seed in range(3)]
+    for result in results:
+        store.put(result)
+    asked = [results[0].config_hash, "0123456789abcdef", results[2].config_hash] * 400  # over one query's 500
+    found = store.texts(asked)
+    assert set(found) == {results[0].config_hash, results[2].config_hash}
+    assert RunResult.model_validate_json(found[results[2].config_hash]) == store.get(results[2].config_hash)

@@ -10,7 +10,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from pydantic import ValidationError
 
@@ -102,7 +102,6 @@ class Running:
         if self.host != socket.gethostname():
             return None
         return process_alive(self.pid)
-
 
 
 BUSY_SECONDS = 60.0
@@ -323,6 +322,20 @@ class Store:
                 found.append(RunResult.model_validate_json(text))
             except ValidationError as error:
                 self.unreadable.append((config_hash, _first_problem(error)))
+        return found
+
+    def texts(self, config_hashes: Iterable[str]) -> dict[str, str]:
+        """The stored text of each of these runs that has a row, unparsed, read on one connection."""
+        keys = list(dict.fromkeys(config_hashes))
+        if not keys or not self.path.exists():
+            return {}
+        found: dict[str, str] = {}
+        with self._connect() as conn:
+            for start in range(0, len(keys), 500):  # under SQLite's limit on bound parameters
+                chunk = keys[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                found.update(conn.execute(f"SELECT config_hash, result FROM runs WHERE config_hash IN ({marks})",
+                                          chunk).fetchall())
         return found
 
     def get_readable(self, config_hash: str) -> RunResult | None:

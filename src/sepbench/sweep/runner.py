@@ -59,18 +59,14 @@ class RowsBefore:
     one that ``--force``, ``--retrain-stale`` or ``--retry-failed`` was replacing."""
 
     def __init__(self, configs: Iterable[RunConfig], store: Store) -> None:
-        self._rows = {cfg.config_hash(): _row_text(store, cfg.config_hash()) for cfg in configs}
+        self._rows = store.texts(cfg.config_hash() for cfg in configs)
 
     def stored_since(self, config: RunConfig, store: Store) -> RunResult | None:
         """The run's row, if it was stored after this snapshot; None if the store holds the older row or none."""
         key = config.config_hash()
-        now = store.get_readable(key)
-        return now if now is not None and now.model_dump_json() != self._rows.get(key) else None
-
-
-def _row_text(store: Store, config_hash: str) -> str | None:
-    row = store.get_readable(config_hash)
-    return None if row is None else row.model_dump_json()
+        if store.texts([key]).get(key) == self._rows.get(key):
+            return None
+        return store.get_readable(key)
 
 
 def checkpointed_curve(path: Path, config: RunConfig) -> list[EvalPoint]:
