@@ -138,6 +138,21 @@ def test_a_grid_short_of_the_texts_width_decides_only_the_verdict_it_can_show(tm
             "inconclusive: this scale stops short of the size the text names")
 
 
+def test_a_grid_short_of_the_texts_width_says_which_verdict_more_steps_could_bring(tmp_path):
+    """Mamba still rising toward the margin: more steps at width 64 could refute L886, never reproduce it."""
+    def make(cfg):
+        if cfg.model.name == "transformer":
+            return _run(cfg, [(250, 0.6, 0.5), (500, 0.99, 0.01)], status="solved")
+        return _run(cfg, [(s, 0.2 + 0.05 * i, 1.0 - 0.1 * i) for i, s in enumerate(STEPS)])
+
+    claim, (outcome,) = _evaluate(tmp_path, "mamba-wide-vs-transformer", make)
+    assert outcome.verdict == INCONCLUSIVE, outcome.reasons
+    assert any("on the side that must stay below 0.69" in r for r in outcome.reasons), outcome.reasons
+    assert any("short of the text's 1024" in r and "can make it not reproduced here, and only the text's size can "
+               "make it reproduced" in r for r in outcome.reasons), outcome.reasons
+    assert ClaimVerdict(claim, "quick", INCONCLUSIVE, [outcome]).label.startswith("inconclusive: still learning at")
+
+
 LONG = [250 * k for k in range(1, 17)]
 LEAVING_CHANCE = [(s, 0.5 + max(0, s - 2750) / 5000, 0.69 - max(0, s - 2750) / 5000) for s in LONG]  # 0.75 at 4000
 _DIP = {3000: 0.40, 3250: 0.45, 3500: 0.50, 3750: 0.55, 4000: 0.56}

@@ -64,7 +64,7 @@ from sepbench.claims.learning import learning_reason, trend
 from sepbench.claims.ties import TiedCut, tied_cuts
 from sepbench.claims.verdicts import (INCONCLUSIVE, INF, NOT_REPRODUCED, REPRODUCED, SEEDS_STRADDLE,
                                       SHORT_OF_THE_TEXT, STOPPED_EARLY, Outcome, Point, combine, compare_verdict,
-                                      level_verdict)
+                                      flip, level_verdict)
 from sepbench.claims.width_rules import fixed_width, flops_order, growth_order, min_width_growth, min_width_order
 from sepbench.config import RunConfig
 from sepbench.results import TRAINED, stopped_early
@@ -428,9 +428,14 @@ def evaluate_runs(claim: Claim, scale: str, configs: Sequence[RunConfig], result
 
 
 def _one_sided(outcome: Outcome, condition: ConditionBase, scale: str) -> None:
-    """Leave inconclusive the verdict a scale short of the text's size cannot reach (``OneSided``)."""
+    """Leave inconclusive the verdict a scale short of the text's size cannot reach (``OneSided``); an outcome
+    already inconclusive says which verdict more steps could still bring at this scale, and which they cannot."""
     side = getattr(condition, "one_sided", None)
-    if side is None or scale not in side.scales or outcome.verdict in (side.decides, INCONCLUSIVE):
+    if side is None or scale not in side.scales or outcome.verdict == side.decides:
+        return
+    if outcome.verdict == INCONCLUSIVE:
+        outcome.reasons.append(f"the {scale} scale {SHORT_OF_THE_TEXT}: {side.why}; its runs can make it "
+                               f"{side.decides} here, and only the text's size can make it {flip(side.decides)}")
         return
     outcome.reasons.append(f"the {scale} scale {SHORT_OF_THE_TEXT}: {side.why}; its runs read "
                            f"{outcome.verdict}, which only the text's size decides")
