@@ -36,7 +36,7 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert path == tmp_path / "evidence" / "quick" / f"{CLAIM}.jsonl" and count == len(lines) == 24
     assert {"config", "metrics", "curve", "code_version"} <= set(lines[0]["run"])
-    result = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--claim", "bound-8k", "--evidence",
+    result = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--claim", "bound-8k", "--evidence", "--scale", "quick",
                                  "--evidence-dir", str(tmp_path / "evidence")], terminal_width=300)
     assert result.exit_code == 0, result.output
     assert "0 reproduced, 0 not reproduced, 2 inconclusive" in result.stdout  # Mamba-64 behind: not shown at 1024
@@ -47,13 +47,14 @@ def test_written_evidence_is_judged_again_without_training(tmp_path):
     assert not_run.exit_code == 0, not_run.output
     assert "evidence for 0 of the 0 claims run at the cpu scale; 1 not run there" in not_run.stdout and "inconclusive: not run at the cpu scale" in not_run.stdout
     yours = _store(tmp_path / "yours.db", 0.5)
-    beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
+    beside = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--scale", "quick", "--evidence-dir",
                                  str(tmp_path / "evidence"), "--store", str(yours.path)], terminal_width=300)
     assert beside.exit_code == 0, beside.output
-    unset = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir", str(tmp_path / "evidence")],
+    unset = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--scale", "quick", "--evidence-dir",
+                                str(tmp_path / "evidence")],
                           env={"SEPBENCH_STORE": str(tmp_path / "none.db")}, terminal_width=300)
     assert unset.exit_code == 0 and "beside" not in unset.stdout, unset.output  # a default store not made yet
-    from_env = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir",
+    from_env = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--scale", "quick", "--evidence-dir",
                                    str(tmp_path / "evidence")], env={"SEPBENCH_STORE": str(yours.path)}, terminal_width=300)
     assert from_env.exit_code == 0 and "yours: 0 reproduced, 1 not reproduced" in from_env.stdout, from_env.output
     row = next(line for line in beside.stdout.splitlines() if line.startswith(f"│ {CLAIM}"))
@@ -84,7 +85,8 @@ def test_a_malformed_evidence_line_or_an_override_is_one_line(tmp_path):
     folder = tmp_path / "evidence" / "quick"
     folder.mkdir(parents=True)
     (folder / f"{CLAIM}.jsonl").write_text('{"kind": "run", "run": {"config": 3}}\n')
-    bad = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--evidence-dir", str(tmp_path / "evidence")])
+    bad = runner.invoke(app, ["reproduce", "--claim", CLAIM, "--evidence", "--scale", "quick", "--evidence-dir",
+                              str(tmp_path / "evidence")])
     assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0, bad.output
     assert f"{CLAIM}.jsonl:1: not an evidence record" in bad.stderr
     nowhere = runner.invoke(app, ["reproduce", "--evidence", "--store", str(tmp_path / "none.db")])
@@ -158,7 +160,7 @@ def test_the_shipped_evidence_is_found_from_any_folder_and_a_missing_folder_is_o
     monkeypatch.chdir(tmp_path)
     shipped = Path(__file__).resolve().parents[1] / "evidence"
     found = runner.invoke(app, ["reproduce", "--claim", "bound-8k", "--evidence"], terminal_width=300)
-    assert found.exit_code == 0 and f"in {shipped / 'quick'}" in found.stdout, found.output
+    assert found.exit_code == 0 and f"in {shipped / 'cpu'}" in found.stdout, found.output  # --evidence alone: cpu
     assert "bound-8k: reproduced" in found.stdout
     for flag in ("--evidence", "--resume-evidence"):
         missing = runner.invoke(app, ["reproduce", "--claim", CLAIM, flag, "--evidence-dir", str(tmp_path / "typo"),

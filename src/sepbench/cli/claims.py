@@ -33,6 +33,10 @@ class ClaimScale(str, Enum):
     paper = "paper"
 
 
+EVIDENCE_SCALE = ClaimScale.cpu
+"""The scale ``--evidence`` judges unless ``--scale`` names one: the one whose learned claims ship their runs."""
+
+
 def reproduce(
     ctx: typer.Context,
     paper: Optional[str] = typer.Argument(None, help="bhattamishra2024, yang2024 or deng2023 [default: all three]"),
@@ -40,7 +44,7 @@ def reproduce(
     scale: ClaimScale = typer.Option(ClaimScale.quick, "--scale", help="quick (a smoke check, minutes to an hour "
                                      "or two per claim on 2 CPU cores), cpu (the lengths the papers name, searches "
                                      "sized for one CPU core; --dry-run prices each claim) or paper (the paper's "
-                                     "protocol)"),
+                                     "protocol); --evidence alone judges the cpu scale"),
     store: Optional[Path] = store_option(),
     out_dir: Path = typer.Option(Path("reports/reproduction"), "--out", help="folder for reproduction.md and figures"),
     workers: int = typer.Option(1, min=1, help="runs at the same time"),
@@ -102,6 +106,8 @@ def reproduce(
                               "allowed: --set with --evidence-dir naming another folder, or --write-evidence alone")
         evidence_dir = _evidence_root(evidence_dir, must_exist=evidence or (resume_evidence and not list_only))
         if evidence:
+            if getattr(ctx.get_parameter_source("scale"), "name", "") == "DEFAULT":
+                scale = EVIDENCE_SCALE
             if any(claim.at(scale.value).not_run is None for claim in claims):
                 _require_scale_folder(evidence_dir, scale.value)
             from_environment = getattr(ctx.get_parameter_source("store"), "name", "") == "ENVIRONMENT"
