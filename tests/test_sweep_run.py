@@ -57,6 +57,24 @@ def test_a_crashing_run_is_recorded_with_its_error_and_the_sweep_goes_on(tmp_pat
     assert run_sweep([crashing, good], store).skipped == 2
 
 
+def test_a_rerun_removes_the_checkpoint_a_lost_worker_left_beside_its_stored_result(tmp_path):
+    """A worker that died after storing its run but before removing its checkpoint left the file behind; a failed
+    run's checkpoint stays for --retry-failed to resume."""
+    from sepbench.train.keeping import checkpoint_file
+
+    store = Store(tmp_path / "s.db")
+    base = {"task": {"length": 12}, "model": {"width": 8}, "train": {"steps": 4, "eval_samples": 20}, "device": "cpu"}
+    ended, failed = RunConfig.build(base), RunConfig.build({**base, "seed": 1})
+    store.put(RunResult(config=ended, config_hash=ended.config_hash(), status="completed", metrics={"accuracy": 0.5}))
+    store.put(failed_result(failed, RuntimeError("worker lost")))
+    store.checkpoints.mkdir()
+    for cfg in (ended, failed):
+        checkpoint_file(store.checkpoints, cfg.config_hash()).write_bytes(b"x")
+    assert run_sweep([ended, failed], store).skipped == 2
+    assert not checkpoint_file(store.checkpoints, ended.config_hash()).exists()
+    assert checkpoint_file(store.checkpoints, failed.config_hash()).exists()
+
+
 def test_sigkilled_sweep_resumes_with_every_run_stored_once(tmp_path):
     path = tmp_path / "runs.db"
     expected = {cfg.config_hash() for cfg in SweepSpec.from_yaml(SPEC).expand()}

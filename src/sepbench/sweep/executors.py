@@ -17,7 +17,7 @@ from sepbench.sweep.pool import WorkerPool
 from sepbench.sweep.runner import (  # noqa: F401  (failed_result, execute, lost_run: the sweep's API)
     Executor, OnResult, execute, failed_result, intra_op_threads, lost_run, ray_keeping, sigint_ignored, start_ray,
 )
-from sepbench.train.keeping import Keeping
+from sepbench.train.keeping import Keeping, checkpoint_file
 from sepbench.train.result import RunResult
 
 Backend = Literal["local", "ray"]
@@ -55,6 +55,9 @@ class Plan:
     """reused runs that were stored by other code (``code_version`` differs)"""
     unreadable: dict[str, str] = field(default_factory=dict)
     """config hash -> reason of stored rows this code cannot read: they hold no result, so they train again"""
+    ended: list[str] = field(default_factory=list)
+    """config hashes of reused runs that ended (not failed): a checkpoint of theirs is one a worker lost between
+    storing the result and removing it"""
 
 
 def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), halving: bool = False) -> Plan:
@@ -83,6 +86,8 @@ def plan(configs: Iterable[RunConfig], store: Store, reuse: Reuse = Reuse(), hal
         outcome.stale_kept += version != current
         if status == "failed":
             outcome.failed_kept[cfg.config_hash()] = error or "no reason stored"
+        else:
+            outcome.ended.append(cfg.config_hash())
     return outcome
 
 
@@ -212,6 +217,8 @@ def run_sweep(configs: list[RunConfig], store: Store, workers: int = 1, backend:
     """
     planned = plan(configs, store, reuse)
     todo = planned.todo
+    for key in planned.ended:
+        checkpoint_file(store.checkpoints, key).unlink(missing_ok=True)
     outcome = SweepOutcome(total=len(configs), skipped=len(configs) - len(todo), unreadable=planned.unreadable)
     start = time.perf_counter()
 
