@@ -98,3 +98,16 @@ def test_a_bound_every_width_meets_is_not_a_curve():
     assert theory_bounds("index_lookup", [series("lstm")], [64]) == []
     (curve,) = theory_bounds("index_lookup", [series("lstm")], [64, 4096])
     assert math.isnan(curve.widths[0]) and curve.widths[1] == 64
+
+
+def test_a_plugin_attention_over_a_window_shorter_than_n_gets_the_recurrent_bounds_and_full_attention_none(
+        monkeypatch):
+    """The recurrent bounds are about a state that stops growing with N, whatever the model is called: a sliding
+    window of 8 positions holds a fixed state at N = 4096, a full KV cache does not."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples" / "sepbench-window" / "src"))
+    window = series("sepbench_window.mixer:SlidingWindowAttention", options={"window": 8})
+    (curve,) = theory_bounds("eq_random", [window], [4096, 16384])
+    assert theorem(curve) == "Thm 11" and curve.label.endswith("m = state floats")
+    assert not [c for c in theory_bounds("eq_random", [series("transformer", 2)], [4096, 16384])]

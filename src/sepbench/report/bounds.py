@@ -17,7 +17,6 @@ from sepbench.wording import counted
 
 TRAINING_PRECISION = 32  # p in bits: float32 training
 ONE_LAYER = {"transformer"}
-RECURRENT = {"lstm", "dss", "mamba", "linear_transformer", "retnet"}
 WIDEST = min(m.le for m in ModelConfig.model_fields["width"].metadata if getattr(m, "le", None) is not None)
 
 
@@ -99,6 +98,15 @@ def width_holding(config: ModelConfig, numbers: float, length: int) -> int | Non
     return hi * step
 
 
+def _fixed_state(config: ModelConfig, length: int) -> bool:
+    """Whether the model's decoding state has stopped growing by ``length`` tokens (the recurrent models the
+    recurrent bounds are about, and attention over a window shorter than ``length``; a full KV cache grows), told
+    from its state after ``length`` and after twice as many tokens."""
+    key = config.model_dump_json(exclude={"width"})
+    width = _width_step(config, 2 * length)
+    return width is not None and _state_at(key, width, length) == _state_at(key, width, 2 * length)
+
+
 def _binding(config: ModelConfig, numbers: float, length: int) -> float | None:
     """``width_holding``, but NaN where even the smallest width holds ``numbers`` (the bound rules nothing out)."""
     width = width_holding(config, numbers, length)
@@ -137,7 +145,7 @@ def theory_bounds(task: str, series: Sequence[Series], lengths: Sequence[int],
         for bound in BOUNDS.get(task, []):
             sample = bound(max(2, lengths[0]), precision)
             values = [bound(n, precision).value for n in lengths]
-            if sample.architecture.startswith("recurrent") and one.model in RECURRENT:
+            if sample.architecture.startswith("recurrent") and _fixed_state(one.configs[0], max(lengths)):
                 widths, how = _recurrent_widths(one, values, lengths), "m = state floats"
             elif sample.architecture.startswith("one-layer") and one.model in ONE_LAYER and one.layers == 1:
                 heads = "/".join(str(h) for h in sorted({_heads(config) for config in one.configs}))
